@@ -46,7 +46,7 @@
 #define MVM_K_VNNI 0
 #endif
 /* 1 where the target has AVX-512 (avx512.h): the few blocks that gain from 512-bit vectors
- * take them (avx512_kblock_q23). */
+ * take them (avx2_kquant.h's avx512_*_sums). */
 #ifndef MVM_K_AVX512
 #define MVM_K_AVX512 0
 #endif

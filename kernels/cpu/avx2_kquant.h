@@ -242,10 +242,10 @@ AVX2_INLINE __m512i avx512_dpbusd(__m512i acc, __m512i u, __m512i s)
 #endif
 }
 
-/* A token's sum over a super-block of each sub-block's scale times its products: q[c] the
- * quants 64c .. 64c + 63 (unsigned), sc[c] each int32 lane's scale, aqs the token's 256
- * quants. */
-AVX2_INLINE int32_t avx512_ksum(const __m512i q[4], const __m512i sc[4], const int8_t *aqs)
+/* A token's products over a super-block, each sub-block's times its scale, in 16 int32 lanes
+ * whose sum is the block's: q[c] the quants 64c .. 64c + 63 (unsigned), sc[c] each int32
+ * lane's scale, aqs the token's 256 quants. */
+AVX2_INLINE __m512i avx512_kprod(const __m512i q[4], const __m512i sc[4], const int8_t *aqs)
 {
     __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -254,26 +254,34 @@ AVX2_INLINE int32_t avx512_ksum(const __m512i q[4], const __m512i sc[4], const i
         acc = _mm512_add_epi32(
             acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[c], aq), sc[c]));
     }
-    return _mm512_reduce_add_epi32(acc);
+    return acc;
 }
 
-/* avx2_kblock_q23 in 512-bit vectors, for the AVX-512 levels: a super-block's 256 quants in
- * four vectors of 64 (avx512_q23_chunk), multiplied with the token's quants 4 at a time
- * (vpdpbusd, or maddubs and madd without VNNI: the quants are at most 7, so no int16
+/* The AVX-512 levels' K super-blocks give their integers for nt tokens, and
+ * avx512_kstep_floats their floats 8 blocks at once (avx512_dotn_k): token i's products
+ * times the sub-blocks' scales in the 16 lanes of acc[i · stride] (avx512_kprod), and in
+ * the 8 lanes of off[i · stride] the term its float takes off: the mins' (Q2_K, Q4_K, Q5_K)
+ * or Q3_K's offset (its 4) with the token's bsums; none for IQ4_XS. Q6_K keeps its block
+ * (avx512_kblock_q6). */
+
+/* avx2_kblock_q23's integers in 512-bit vectors, for the AVX-512 levels: a super-block's 256
+ * quants in four vectors of 64 (avx512_q23_chunk), multiplied with the token's quants 4 at a
+ * time (vpdpbusd, or maddubs and madd without VNNI: the quants are at most 7, so no int16
  * saturation), each int32 lane then times its sub-block's scale (every 4 lanes one
  * sub-block). The integers are the AVX2 block's exactly and the float work the same, so the
  * results are bit for bit its. A decode of OLMoE's shape at Q3_K_M spent 57% of its time
  * in the AVX2 block, which splits the quants 32 at a time and applies each pair of scales
  * by a shuffle and a madd (docs/perf/cpu.md). */
-AVX2_INLINE void avx512_kblock_q23(const uint8_t *qs, const uint8_t *hmask,
-                                   const uint8_t *scales, uint16_t d, uint16_t dmin,
-                                   const mvm_block_q8_K *const a[], const int nt, float r[])
+AVX2_INLINE void avx512_q23_sums(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
+                                 const mvm_block_q8_K *const a[], const int nt, __m512i *acc,
+                                 __m256i *off, size_t stride)
 {
     const __m128i raw = hmask ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)scales);
     const __m128i sc8 = hmask ? avx2_q3_scales(scales) : _mm_and_si128(raw, _mm_set1_epi8(15));
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-    const __m256i mins16 =
-        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
+    /* Q3_K's offset: its scales; Q2_K's mins: the high nibbles */
+    const __m256i off16 =
+        hmask ? _mm256_cvtepi8_epi16(sc8)
+              : _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
     const __m512i sc32 = _mm512_cvtepi8_epi32(sc8);
     __m512i q[4], sc[4];
 #pragma GCC unroll 4
@@ -285,15 +293,9 @@ AVX2_INLINE void avx512_kblock_q23(const uint8_t *qs, const uint8_t *hmask,
             sc32);
     }
     for (int i = 0; i < nt; i++) {
-        const __m256i bsums = _mm256_loadu_si256((const __m256i *)a[i]->bsums);
-        const int32_t sum = avx512_ksum(q, sc, a[i]->qs);
-        if (hmask) {
-            const int32_t offset = avx2_hsum_i32(_mm256_madd_epi16(sc16, bsums));
-            r[i] = a[i]->d * (mvm_k_h2f(d) * (float)(sum - 4 * offset));
-        } else {
-            const int32_t msum = avx2_hsum_i32(_mm256_madd_epi16(mins16, bsums));
-            r[i] = a[i]->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum);
-        }
+        acc[i * stride] = avx512_kprod(q, sc, a[i]->qs);
+        off[i * stride] =
+            _mm256_madd_epi16(off16, _mm256_loadu_si256((const __m256i *)a[i]->bsums));
     }
 }
 #endif
@@ -345,16 +347,15 @@ AVX2_INLINE __m512i avx512_lane_scales(__m512i sc32, int first, int per)
     return _mm512_permutexvar_epi32(idx, sc32);
 }
 
-/* avx2_kblock_q45 in 512-bit vectors, for the AVX-512 levels, as avx512_kblock_q23 is Q2_K's
- * and Q3_K's: two sub-blocks of 32 a vector (avx512_q45_chunk), the token's quants
- * multiplied 4 at a time (vpdpbusd, or maddubs and madd: quants at most 31, no int16
- * saturation), each int32 lane then times its sub-block's scale (8 lanes a sub-block), the
- * mins' term as avx2_kblock_q45's. The same integers and avx2_k45_finish, so the AVX2
- * block's floats bit for bit. A decode of a Q4_K_M file spent half its time in the AVX2
- * blocks of Q4_K and Q6_K, bound by their unpacking (docs/perf/cpu.md). */
-AVX2_INLINE void avx512_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
-                                   const uint8_t *qs, const uint8_t *qh,
-                                   const mvm_block_q8_K *const a[], const int nt, float r[])
+/* avx2_kblock_q45's integers in 512-bit vectors, for the AVX-512 levels, as
+ * avx512_q23_sums are Q2_K's and Q3_K's: two sub-blocks of 32 a vector (avx512_q45_chunk),
+ * the token's quants multiplied 4 at a time (vpdpbusd, or maddubs and madd: quants at most
+ * 31, no int16 saturation), each int32 lane then times its sub-block's scale (8 lanes a
+ * sub-block), the mins' term as avx2_kblock_q45's. A decode of a Q4_K_M file spent half its
+ * time in the AVX2 blocks of Q4_K and Q6_K, bound by their unpacking (docs/perf/cpu.md). */
+AVX2_INLINE void avx512_q45_sums(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                 const mvm_block_q8_K *const a[], const int nt, __m512i *acc,
+                                 __m256i *off, size_t stride)
 {
     uint32_t u[4];
     avx2_k45_scales(scales, u);
@@ -367,16 +368,18 @@ AVX2_INLINE void avx512_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t d
         sc[c] = avx512_lane_scales(sc32, 2 * c, 8);
     }
     for (int i = 0; i < nt; i++) {
-        const int32_t msum = avx2_hsum_i32(
-            _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
-        r[i] = avx2_k45_finish(a[i]->d, d, dmin, avx512_ksum(q, sc, a[i]->qs), msum);
+        acc[i * stride] = avx512_kprod(q, sc, a[i]->qs);
+        off[i * stride] =
+            _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums));
     }
 }
 
 /* avx2_kblock_q6 in 512-bit vectors, the same way: four sub-blocks of 16 a vector
  * (avx512_q6_chunk, quants unsigned, at most 63: no int16 saturation without VNNI), each
  * int32 lane times its sub-block's signed scale (4 lanes a sub-block), the -32 taken off
- * through the scales against bsums; the AVX2 block's integers, so its floats. */
+ * through the scales against bsums; the AVX2 block's integers, so its floats. Q6_K keeps a
+ * block at a time, not avx512_kstep.h's steps: there its dot product in L2 went from
+ * 43.9-44.3 to 41.5-42.4 GB/s (docs/perf/cpu.md). */
 AVX2_INLINE void avx512_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *const a[],
                                   const int nt, float r[])
 {
@@ -393,7 +396,7 @@ AVX2_INLINE void avx512_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K 
         const int32_t offset = avx2_hsum_i32(
             _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
         r[i] = a[i]->d *
-               (mvm_k_h2f(x->d) * (float)(avx512_ksum(q, sc, a[i]->qs) - 32 * offset));
+               (mvm_k_h2f(x->d) * (float)(_mm512_reduce_add_epi32(avx512_kprod(q, sc, a[i]->qs)) - 32 * offset));
     }
 }
 #endif
@@ -476,14 +479,14 @@ AVX2_INLINE __m512i avx512_iq4xs_chunk(const uint8_t *qs, int c)
     return _mm512_shuffle_epi8(table, _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-/* avx2_kblock_iq4xs in 512-bit vectors, for the AVX-512 levels, as avx512_kblock_q23 is
- * Q2_K's and Q3_K's: sub-blocks 2c and 2c + 1 in vector c (avx512_iq4xs_chunk), |w| times
- * the token's quants given w's signs 4 at a time (vpdpbusd, or maddubs and madd: pairs at
- * most 2·127·127, no int16 saturation), each int32 lane then times its sub-block's scale (8
- * lanes a sub-block). The integers are the AVX2
- * block's, so the results are bit for bit its. */
-AVX2_INLINE void avx512_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8_K *const a[],
-                                     const int nt, float r[])
+/* avx2_kblock_iq4xs's integers in 512-bit vectors, for the AVX-512 levels, as
+ * avx512_q23_sums are Q2_K's and Q3_K's: sub-blocks 2c and 2c + 1 in vector c
+ * (avx512_iq4xs_chunk), |w| times the token's quants given w's signs 4 at a time (vpdpbusd,
+ * or maddubs and madd: pairs at most 2·127·127, no int16 saturation), each int32 lane then
+ * times its sub-block's scale (8 lanes a sub-block). The integers are the AVX2 block's, so
+ * the results are bit for bit its. No term to take off. */
+AVX2_INLINE void avx512_iq4xs_sums(const mvm_block_iq4_xs *x, const mvm_block_q8_K *const a[],
+                                   const int nt, __m512i *acc, size_t stride)
 {
     const __m512i sc32 = _mm512_cvtepi16_epi32(avx2_iq4xs_scales(x)); /* lanes 0..7 */
     __m512i w[4], mag[4], sc[4];
@@ -495,17 +498,17 @@ AVX2_INLINE void avx512_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_
             _mm512_inserti64x4(_mm512_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1), 1), sc32);
     }
     for (int i = 0; i < nt; i++) {
-        __m512i acc = _mm512_setzero_si512();
+        __m512i sum = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * c);
             /* a's sign flipped where w < 0 (IQ4_NL's table holds no 0) */
             const __m512i as = _mm512_mask_sub_epi8(aq, _mm512_movepi8_mask(w[c]),
                                                     _mm512_setzero_si512(), aq);
-            acc = _mm512_add_epi32(
-                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), mag[c], as), sc[c]));
+            sum = _mm512_add_epi32(
+                sum, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), mag[c], as), sc[c]));
         }
-        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)_mm512_reduce_add_epi32(acc));
+        acc[i * stride] = sum;
     }
 }
 #endif
@@ -605,47 +608,37 @@ AVX2_INLINE void avx2_kblock_iqgrid(enum mvm_wtype t, const uint8_t *blk,
 #include "kernels/cpu/avx512_iqgrid.h"
 #endif
 
+#if MVM_K_AVX512
+#include "kernels/cpu/avx512_kstep.h"
+#endif
+
+/* One super-block of K type t for nt tokens: token i's float in r[i]. The AVX-512 levels
+ * take every K type but Q6_K in avx512_kstep.h's steps, so only Q6_K's block is theirs. */
 AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *const a[],
                              const int nt, float r[])
 {
     switch (t) {
-#if MVM_K_AVX512
-#define KBLOCK_Q23 avx512_kblock_q23
-#else
-#define KBLOCK_Q23 avx2_kblock_q23
-#endif
     case MVM_W_Q2_K: {
         const mvm_block_q2_K *x = (const mvm_block_q2_K *)blk;
-        KBLOCK_Q23(x->qs, NULL, x->scales, x->d, x->dmin, a, nt, r);
+        avx2_kblock_q23(x->qs, NULL, x->scales, x->d, x->dmin, a, nt, r);
         break;
     }
     case MVM_W_Q3_K: {
         const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
-        KBLOCK_Q23(x->qs, x->hmask, x->scales, x->d, 0, a, nt, r);
+        avx2_kblock_q23(x->qs, x->hmask, x->scales, x->d, 0, a, nt, r);
         break;
     }
-#undef KBLOCK_Q23
-#if MVM_K_AVX512
-#define KBLOCK_Q45 avx512_kblock_q45
-#else
-#define KBLOCK_Q45 avx2_kblock_q45
-#endif
     case MVM_W_Q4_K: {
         const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
-        KBLOCK_Q45(x->scales, x->d, x->dmin, x->qs, NULL, a, nt, r);
+        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a, nt, r);
         break;
     }
     case MVM_W_Q5_K: {
         const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
-        KBLOCK_Q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
+        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
         break;
     }
-#undef KBLOCK_Q45
-#if MVM_K_AVX512
-    case MVM_W_IQ4_XS: avx512_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
-#else
     case MVM_W_IQ4_XS: avx2_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
-#endif
 #if MVM_K_AVX512
     case MVM_W_Q6_K: avx512_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
 #else
@@ -659,8 +652,8 @@ AVX2_INLINE void avx2_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *
                              const int nt, size_t n, float *y, size_t ys)
 {
 #if MVM_K_AVX512
-    if (avx512_iq_ok(t)) {
-        avx512_dotn_iq(t, w, act, as, nt, n, y, ys);
+    if (avx512_kstep_ok(t)) {
+        avx512_dotn_k(t, w, act, as, nt, n, y, ys);
         return;
     }
 #endif
@@ -685,8 +678,8 @@ AVX2_INLINE void avx2_downn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t 
                               const int nt, float *out, size_t os, size_t n)
 {
 #if MVM_K_AVX512
-    if (avx512_iq_ok(t)) {
-        avx512_downn_iq(t, w, act, as, nt, out, os, n);
+    if (avx512_kstep_ok(t)) {
+        avx512_downn_k(t, w, act, as, nt, out, os, n);
         return;
     }
 #endif

@@ -1,12 +1,12 @@
 /*
  * The AVX-512 levels' blocks (F, BW, VL, DQ; dot_avx512.c, and dot_avx512vnni.c, which defines
  * MVM_K_VNNI 1 first): float dot products 16 elements a register with a masked tail instead
- * of a scalar one; the Q2_K, Q3_K and IQ4_XS super-blocks in 512-bit vectors (avx2_kquant.h's
- * avx512_kblock_*, where MVM_K_AVX512 is set: they shed most of the AVX2 blocks'
- * instructions, not only their width; decode +19% to +62% on an AMD EPYC, docs/perf/cpu.md),
- * and so the lattice types with signs (avx512_iqgrid.h: decode +7% to +75% on a Zen 4);
- * everything else is the AVX2 code of avx2.h, compiled for the level's target (with VNNI,
- * its integer dot products fused).
+ * of a scalar one; every K type's super-blocks in 512-bit vectors (avx2_kquant.h's
+ * avx512_*_sums, where MVM_K_AVX512 is set: they shed most of the AVX2 blocks' instructions,
+ * not only their width; decode +19% to +62% on an AMD EPYC, docs/perf/cpu.md), and so the
+ * lattice types with signs (avx512_iqgrid.h: decode +7% to +75% on a Zen 4), their floats a
+ * step of 8 blocks at once (avx512_kstep.h); everything else is the AVX2 code of avx2.h,
+ * compiled for the level's target (with VNNI, its integer dot products fused).
  *
  * Measured on a Sapphire-Rapids-class Xeon, single core, rows in L2 (64-byte aligned): the
  * 512-bit float dot products against AVX2 take F16 from 23 to 28 GB/s, BF16 from 18 to 27,

@@ -2,7 +2,7 @@
  * The lattice-grid super-blocks (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M;
  * kernels/iqgrid.h) in 512-bit vectors, for the AVX-512 levels' products of few tokens
  * (decode's dot products and down rows, up to MVM_K_NT tokens: kernels/cpu/dispatch.h's
- * mvm_k_gemm), as avx512_kblock_q23 is Q2_K's, and for the rows the multi-row kernels
+ * mvm_k_gemm), as avx512_q23_sums are Q2_K's, and for the rows the multi-row kernels
  * unpack (gemm_k_avx512vnni.h). Part of avx2_kquant.h, which includes it where
  * MVM_K_AVX512 is set.
  *
@@ -14,12 +14,10 @@
  * in vector shifts, then each pair's 64 bits are a mask that negates the token's quants (a
  * masked subtract), where the types that store all 8 bits give the mask as stored; the
  * scales of all its sub-blocks in one vector, spread over the pairs' int32 lanes by a
- * permute. vpdpbusd multiplies the grid entries, unsigned, with the signed quants. The
- * sums of a step of 8 blocks are then reduced together and scaled 8 lanes at once, where
- * each block's sum, conversion and scaling was one chain of dependent instructions too long
- * for the core to overlap the next block's decoding with (perf put 40% of the samples on
- * it). Every sum is the AVX2 block's integer and the float work is mvm_k_kscale's, lane by
- * lane, so the results are bit for bit the other levels' (test_kernels, test_levels_agree).
+ * permute. vpdpbusd multiplies the grid entries, unsigned, with the signed quants, and
+ * avx512_kstep.h takes a step of 8 blocks' sums to floats at once. Every sum is the AVX2
+ * block's integer and the float work is mvm_k_kscale's, lane by lane, so the results are
+ * bit for bit the other levels' (test_kernels, test_levels_agree).
  * Two threads' decode of OLMoE's shape (3 layers), alternating rounds on a Zen 4, tok/s:
  * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
  * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered; IQ1_S
@@ -490,92 +488,5 @@ AVX2_INLINE void avx512_iq_sums(enum mvm_wtype t, const uint8_t *blk,
                                             P.scale[z]));
         }
         acc[i * stride] = sum;
-    }
-}
-
-/* Super-blocks a step takes before their floats: each block's sum, then its conversion and
- * scaling, was one chain of dependent instructions too long for the core to overlap the next
- * block's decoding with (perf put 40% of the samples on it); a step's 8 sums are reduced
- * together, across the lanes of its 8 vectors at once. */
-#define IQ_STEP 8
-
-/* r[i · rs + k] = mvm_k_kscale's float of the sum of acc[i][k]'s lanes (k < m), 8 blocks at
- * once: lane by lane the same operations. */
-AVX2_INLINE void avx512_iq_floats(enum mvm_wtype t, __m512i acc[][IQ_STEP],
-                                  const float ad[][IQ_STEP], const float *wd, int nt, size_t m,
-                                  float *r, size_t rs)
-{
-    const __mmask8 k = (__mmask8)((1u << m) - 1);
-    const __m256 f = _mm256_set1_ps(mvm_k_iq_factor(t)), d = _mm256_maskz_loadu_ps(k, wd);
-    for (int i = 0; i < nt; i++) {
-        __m256i h[IQ_STEP];
-#pragma GCC unroll 8
-        for (size_t j = 0; j < IQ_STEP; j++)
-            h[j] = j < m ? _mm256_add_epi32(_mm512_castsi512_si256(acc[i][j]),
-                                            _mm512_extracti64x4_epi64(acc[i][j], 1))
-                         : _mm256_setzero_si256();
-        const __m256 s = _mm256_cvtepi32_ps(avx2_hsum8_i32(h));
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskz_loadu_ps(k, ad[i]),
-                                                     _mm256_mul_ps(d, s)), f);
-        _mm256_mask_storeu_ps(r + i * rs, k, v);
-    }
-}
-
-/* avx2_dotn_k for the types avx512_iq_ok takes: y[i · ys] = row w · token i. */
-AVX2_INLINE void avx512_dotn_iq(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
-                                const int nt, size_t n, float *y, size_t ys)
-{
-    const size_t bytes = mvm_k_block_bytes(t), nb = n / MVM_QK_K;
-    float s[MVM_K_NT], r[MVM_K_NT][IQ_STEP], ad[MVM_K_NT][IQ_STEP], wd[IQ_STEP];
-    __m512i acc[MVM_K_NT][IQ_STEP];
-    const mvm_block_q8_K *a[MVM_K_NT];
-    for (int i = 0; i < nt; i++)
-        s[i] = 0;
-    for (size_t b0 = 0; b0 < nb; b0 += IQ_STEP) {
-        const size_t m = nb - b0 < IQ_STEP ? nb - b0 : IQ_STEP;
-        for (size_t k = 0; k < m; k++) {
-            const uint8_t *blk = w + (b0 + k) * bytes;
-            avx2_prefetch(blk, bytes);
-            for (int i = 0; i < nt; i++) {
-                a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i) + b0 + k;
-                ad[i][k] = a[i]->d;
-            }
-            wd[k] = _cvtsh_ss(mvm_k_iq_d(t, blk));
-            avx512_iq_sums(t, blk, a, nt, &acc[0][k], IQ_STEP);
-        }
-        avx512_iq_floats(t, acc, (const float(*)[IQ_STEP])ad, wd, nt, m, r[0], IQ_STEP);
-        for (int i = 0; i < nt; i++) /* in order, as avx2_dotn_k adds them */
-            for (size_t k = 0; k < m; k++)
-                s[i] += r[i][k];
-    }
-    for (int i = 0; i < nt; i++)
-        y[i * ys] = s[i];
-}
-
-/* avx2_downn_k for the types avx512_iq_ok takes: out[i · os + j] += row j · token i, j < n. */
-AVX2_INLINE void avx512_downn_iq(enum mvm_wtype t, const uint8_t *w, const uint8_t *act,
-                                 size_t as, const int nt, float *out, size_t os, size_t n)
-{
-    const size_t bytes = mvm_k_block_bytes(t);
-    float ad[MVM_K_NT][IQ_STEP], wd[IQ_STEP], r[MVM_K_NT][IQ_STEP];
-    __m512i acc[MVM_K_NT][IQ_STEP];
-    const mvm_block_q8_K *a[MVM_K_NT];
-    for (int i = 0; i < nt; i++) {
-        a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i);
-        for (int k = 0; k < IQ_STEP; k++)
-            ad[i][k] = a[i]->d;
-    }
-    for (size_t j0 = 0; j0 < n; j0 += IQ_STEP) {
-        const size_t m = n - j0 < IQ_STEP ? n - j0 : IQ_STEP;
-        for (size_t k = 0; k < m; k++) {
-            const uint8_t *blk = w + (j0 + k) * bytes;
-            avx2_prefetch(blk, bytes);
-            wd[k] = _cvtsh_ss(mvm_k_iq_d(t, blk));
-            avx512_iq_sums(t, blk, a, nt, &acc[0][k], IQ_STEP);
-        }
-        avx512_iq_floats(t, acc, (const float(*)[IQ_STEP])ad, wd, nt, m, r[0], IQ_STEP);
-        for (int i = 0; i < nt; i++)
-            for (size_t k = 0; k < m; k++)
-                out[i * os + j0 + k] += r[i][k];
     }
 }
