@@ -165,6 +165,18 @@ AVX2_INLINE void avx512_kstep_floats(enum mvm_wtype t, __m256i acc[][KSTEP],
     }
 }
 
+/* r[i][k] for a step of m blocks (avx512_kstep_floats): a whole step's with m a constant. */
+AVX2_INLINE void avx512_kstep_end(enum mvm_wtype t, __m256i acc[][KSTEP], __m256i off[][KSTEP],
+                                  float ad[][KSTEP], const uint16_t *d, const uint16_t *dmin,
+                                  int nt, size_t m, float r[][KSTEP])
+{
+    if (m == KSTEP)
+        avx512_kstep_floats(t, acc, off, (const float(*)[KSTEP])ad, d, dmin, nt, KSTEP, r[0],
+                            KSTEP);
+    else
+        avx512_kstep_floats(t, acc, off, (const float(*)[KSTEP])ad, d, dmin, nt, m, r[0], KSTEP);
+}
+
 /* y[i · ys] = row w · token i, i < nt: the blocks' floats added in order, as avx2_dotn_k
  * adds its blocks'. */
 AVX2_INLINE void avx512_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act,
@@ -189,12 +201,7 @@ AVX2_INLINE void avx512_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t
             avx512_kstep_d(t, blk, &d[k], &dmin[k]);
             avx512_kstep_block(t, blk, a, nt, acc, off, k);
         }
-        if (m == KSTEP)
-            avx512_kstep_floats(t, acc, off, (const float(*)[KSTEP])ad, d, dmin, nt, KSTEP, r[0],
-                                KSTEP);
-        else
-            avx512_kstep_floats(t, acc, off, (const float(*)[KSTEP])ad, d, dmin, nt, m, r[0],
-                                KSTEP);
+        avx512_kstep_end(t, acc, off, ad, d, dmin, nt, m, r);
         for (int i = 0; i < nt; i++) /* in order, as avx2_dotn_k adds them */
             for (size_t k = 0; k < m; k++)
                 s[i] += r[i][k];
@@ -225,12 +232,7 @@ AVX2_INLINE void avx512_downn_k(enum mvm_wtype t, const uint8_t *w, const uint8_
             avx512_kstep_d(t, blk, &d[k], &dmin[k]);
             avx512_kstep_block(t, blk, a, nt, acc, off, k);
         }
-        if (m == KSTEP)
-            avx512_kstep_floats(t, acc, off, (const float(*)[KSTEP])ad, d, dmin, nt, KSTEP, r[0],
-                                KSTEP);
-        else
-            avx512_kstep_floats(t, acc, off, (const float(*)[KSTEP])ad, d, dmin, nt, m, r[0],
-                                KSTEP);
+        avx512_kstep_end(t, acc, off, ad, d, dmin, nt, m, r);
         for (int i = 0; i < nt; i++)
             for (size_t k = 0; k < m; k++)
                 out[i * os + j0 + k] += r[i][k];
