@@ -347,14 +347,13 @@ AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes, size_t off)
             lo_at[k] = (short)((off + k * bytes) / 2);
             hi_at[k] = (short)((off + (k + 4) * bytes - hi) / 2);
         }
+        const __m128i lo_idx = _mm_setr_epi16(lo_at[0], lo_at[1], lo_at[2], lo_at[3], 0, 0, 0, 0);
+        const __m128i hi_idx = _mm_setr_epi16(hi_at[0], hi_at[1], hi_at[2], hi_at[3], 0, 0, 0, 0);
         const __m512i lo = _mm512_permutex2var_epi16(
-            _mm512_loadu_si512(p),
-            _mm512_zextsi128_si512(_mm_setr_epi16(lo_at[0], lo_at[1], lo_at[2], lo_at[3], 0, 0, 0, 0)),
-            _mm512_loadu_si512(p + 64));
-        const __m512i up = _mm512_permutex2var_epi16(
-            _mm512_loadu_si512(p + hi),
-            _mm512_zextsi128_si512(_mm_setr_epi16(hi_at[0], hi_at[1], hi_at[2], hi_at[3], 0, 0, 0, 0)),
-            _mm512_loadu_si512(p + hi + 64));
+            _mm512_loadu_si512(p), _mm512_zextsi128_si512(lo_idx), _mm512_loadu_si512(p + 64));
+        const __m512i up = _mm512_permutex2var_epi16(_mm512_loadu_si512(p + hi),
+                                                     _mm512_zextsi128_si512(hi_idx),
+                                                     _mm512_loadu_si512(p + hi + 64));
         return _mm256_cvtph_ps(
             _mm_unpacklo_epi64(_mm512_castsi512_si128(lo), _mm512_castsi512_si128(up)));
     }

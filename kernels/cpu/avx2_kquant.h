@@ -257,14 +257,14 @@ AVX2_INLINE __m512i avx512_kprod(const __m512i q[4], const __m512i sc[4], const 
     return acc;
 }
 
-/* The AVX-512 levels' K super-blocks give their integers for nt tokens, and
+/* The AVX-512 levels' K super-blocks below give their integers for nt tokens, and
  * avx512_kstep_floats their floats 8 blocks at once (avx512_dotn_k): token i's products
  * times the sub-blocks' scales in the 16 lanes of acc[i · stride] (avx512_kprod), and in
  * the 8 lanes of off[i · stride] the term its float takes off: the mins' (Q2_K, Q4_K, Q5_K)
  * or Q3_K's offset (its 4) with the token's bsums; none for IQ4_XS. Q6_K keeps its block
- * (avx512_kblock_q6). */
-
-/* avx2_kblock_q23's integers in 512-bit vectors, for the AVX-512 levels: a super-block's 256
+ * (avx512_kblock_q6).
+ *
+ * avx2_kblock_q23's integers in 512-bit vectors, for the AVX-512 levels: a super-block's 256
  * quants in four vectors of 64 (avx512_q23_chunk), multiplied with the token's quants 4 at a
  * time (vpdpbusd, or maddubs and madd without VNNI: the quants are at most 7, so no int16
  * saturation), each int32 lane then times its sub-block's scale (every 4 lanes one
@@ -395,8 +395,8 @@ AVX2_INLINE void avx512_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K 
     for (int i = 0; i < nt; i++) {
         const int32_t offset = avx2_hsum_i32(
             _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
-        r[i] = a[i]->d *
-               (mvm_k_h2f(x->d) * (float)(_mm512_reduce_add_epi32(avx512_kprod(q, sc, a[i]->qs)) - 32 * offset));
+        const int32_t sum = _mm512_reduce_add_epi32(avx512_kprod(q, sc, a[i]->qs));
+        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)(sum - 32 * offset));
     }
 }
 #endif

@@ -3,14 +3,14 @@
  * to MVM_K_NT tokens: kernels/cpu/dispatch.h's mvm_k_gemm takes more): the K types' (all
  * but Q6_K: avx512_kstep_ok) super-blocks KSTEP at a time, each block's integers first
  * (avx2_kquant.h's avx512_*_sums for Q2_K .. Q5_K and IQ4_XS, avx512_iqgrid.h's
- * avx512_iq_sums for the lattice types), then
- * the step's floats 8 lanes at once (avx512_kstep_floats). Each block's sum, conversion and
- * scaling had been one chain of dependent instructions too long for the core to overlap the
- * next block's decoding with: perf put 40% of the lattice types' samples on it. One thread,
- * rows in L2, on a Zen 5: Q2_K 17-18 -> 20-20.5 GB/s, Q3_K 18-19 -> 19.7, Q4_K 22.5-23
- * -> 25-26, Q5_K 24 -> 28 (docs/perf/cpu.md). Every sum is
- * the AVX2 block's integer and every float its block's, lane by lane the same operations, so
- * the results are bit for bit the other levels' (test_kernels, test_levels_agree). Part of
+ * avx512_iq_sums for the lattice types), then the step's floats 8 lanes at once
+ * (avx512_kstep_floats). Each block's sum, conversion and scaling had been one chain of
+ * dependent instructions too long for the core to overlap the next block's decoding with:
+ * perf put 40% of the lattice types' samples on it. One thread, rows in L2, on a Zen 5:
+ * Q2_K 17.2-17.4 -> 20.9-21.9 GB/s, Q3_K 18.2-18.4 -> 20.6-20.8, Q4_K 23-24 -> 26.5-27.4,
+ * Q5_K 24.8-25.2 -> 29.2-30.1 (docs/perf/cpu.md, session 113). Every sum is the AVX2
+ * block's integer and every float its block's, lane by lane the same operations, so the
+ * results are bit for bit the other levels' (test_kernels, test_levels_agree). Part of
  * avx2_kquant.h, which includes it where MVM_K_AVX512 is set.
  */
 #ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
