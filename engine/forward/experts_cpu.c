@@ -269,8 +269,8 @@ void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, 
 void mvm_cpu_experts_run_rest(mvm_cpu_experts *x)
 {
     x->part = 0;
-    if (x->n_experts) {
-        share_units(x, x->n_experts * x->units_per_expert);
+    if (x->n_experts) { /* the first part's shares again: its run took them */
+        mvm_pool_share(x->pool, x->n_experts * x->units_per_expert, x->starts);
         mvm_pool_run(x->pool, experts_run, x);
     }
     x->take = NULL;
