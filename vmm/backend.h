@@ -128,6 +128,10 @@ struct mvm_backend {
     bool track_clean;        /* set by the space: pools record what each load put in a
                                 chunk, so `unchanged` can answer; cleared by pool_create
                                 where the backend cannot */
+    bool huge_homes;         /* set by the space: advise the host homes for transparent huge
+                                pages (mvm_space_desc.small_pages) */
+    size_t home_page;        /* set by home_create: the pages the CPU reads the homes in
+                                (mvm_space_info.home_page) */
     int numa_node;           /* NUMA node nearest the device (-1 unknown) */
     uint64_t device_free;    /* free device memory at open (0 on host: no device) */
 };
@@ -139,6 +143,20 @@ mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out
 void *mvm_mmap_aligned(size_t bytes, size_t align, int prot, int flags);
 
 mvm_status mvm_backend_host_open(mvm_backend **out);
+
+/* How the host backend's homes take transparent huge pages of `huge` bytes (0: none) for
+ * n_items items with `used` bytes each, `avail` bytes of memory left (backend_host.c):
+ *   VIEW   the whole view advised, one mapping; each item's last page is then memory whole,
+ *          tail and all, so only where that wastes at most an eighth of the items' bytes
+ *          (a 3.9 MiB OLMoE-1B-7B Q4_K expert: 2.6%; a 6.4 MiB Q8_0 one would waste 25%)
+ *          and fits in `avail`;
+ *   ITEMS  else each item's wholly used pages, its tail left in base pages: two mappings an
+ *          item, so only up to MVM_HUGE_ITEMS_MAX items, beside vm.max_map_count (65530 by
+ *          default), which a budget's remaps also spend;
+ *   NONE   base pages. */
+typedef enum mvm_huge_plan { MVM_HUGE_NONE, MVM_HUGE_VIEW, MVM_HUGE_ITEMS } mvm_huge_plan;
+#define MVM_HUGE_ITEMS_MAX 8192
+mvm_huge_plan mvm_host_huge_plan(size_t huge, size_t n_items, size_t used, uint64_t avail);
 mvm_status mvm_backend_cuda_open(int device, mvm_backend **out);
 
 #endif

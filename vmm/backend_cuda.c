@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "vmm/backend_cuda.h"
 #include "vmm/error.h"
@@ -254,6 +255,14 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
                                MAP_PRIVATE | MAP_ANONYMOUS);
     if (h->host == MAP_FAILED)
         return mvm_fail(MVM_ERR_NOMEM, "mmap of %zu bytes for host homes failed", bytes);
+    /* The CPU computes misses from the homes (and reads them for copies): in transparent
+     * huge pages where the kernel grants them (backend_host.c's reasons), advised before
+     * placement touches them. Pinned, every page is memory anyway. */
+    size_t huge = c->base.huge_homes ? mvm_topo_huge_page(0) : 0;
+    if (huge && h->page % huge == 0 && madvise(h->host, bytes, MADV_HUGEPAGE) == 0)
+        c->base.home_page = huge;
+    else
+        c->base.home_page = (size_t)sysconf(_SC_PAGESIZE);
     /* Placement must precede registration: registered pages can no longer migrate. */
     if (topo)
         mvm_topo_place(topo, h->host, bytes, 0);
@@ -298,6 +307,7 @@ static mvm_status cuda_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     h->vmm = b->home_mappable;
     if (c->host_numa_id < 0)
         c->host_numa_id = topo && topo->numa_node >= 0 ? topo->numa_node : 0;
+    c->base.home_page = 0; /* the driver's pages (HOST_NUMA VMM), unless registered below */
     st = h->vmm ? home_create_vmm(c, h) : home_create_registered(c, h, topo);
     if (st != MVM_OK) {
         free(h);

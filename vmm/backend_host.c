@@ -3,7 +3,10 @@
  * and is tested on machines with no GPU. It is a real implementation, not a mock:
  *   reserve      mmap(PROT_NONE, MAP_NORESERVE)
  *   host homes   one memfd, mapped read-write once for the CPU (the home address); the
- *                tails of the experts' last pages are never touched: holes, no memory
+ *                tails of the experts' last pages are never touched: holes, no memory.
+ *                Advised for transparent huge pages (mvm_space_desc.small_pages;
+ *                mvm_host_huge_plan says which pages): where shmem_enabled allows, the
+ *                CPU reads them in 2 MiB pages
  *   device pool  one memfd of n_chunks pages, mapped read-write once (the copy target);
  *                a slab's pages are punched out of it when the slab goes
  *   map          mmap(MAP_FIXED | MAP_SHARED) of the memfd's pages at the expert address,
@@ -102,6 +105,36 @@ static mvm_status region_create(const char *name, size_t bytes, size_t page_size
     return MVM_OK;
 }
 
+/* The transparent huge page size for a memfd of page_size pages (0: none): the space asked
+ * for them, the kernel gives them to a memfd's advised memory, and they tile its pages, so
+ * no huge page holds two experts. On a 16-layer OLMoE-1B-7B (3.4 GiB of Q4_K experts) the
+ * CPU decoded 3% faster with them, the median of 12 alternated pairs (docs/perf/cpu.md):
+ * 512 times fewer TLB misses, and the hardware prefetchers, which stop at a page's end,
+ * run on for 2 MiB. */
+static size_t huge_page_for(const mvm_backend *b, size_t page_size)
+{
+    size_t huge = b->huge_homes ? mvm_topo_huge_page(1) : 0;
+    return huge && page_size % huge == 0 ? huge : 0;
+}
+
+mvm_huge_plan mvm_host_huge_plan(size_t huge, size_t n_items, size_t used, uint64_t avail)
+{
+    if (!huge || used == 0)
+        return MVM_HUGE_NONE;
+    uint64_t bytes = (uint64_t)n_items * used;
+    uint64_t tails = (uint64_t)n_items * ((used + huge - 1) / huge * huge - used);
+    if (tails <= bytes / 8 && bytes + tails <= avail)
+        return MVM_HUGE_VIEW;
+    return n_items <= MVM_HUGE_ITEMS_MAX && used >= huge ? MVM_HUGE_ITEMS : MVM_HUGE_NONE;
+}
+
+/* Advice given before any page is touched: it applies to the faults that follow. */
+static void advise_huge(char *p, size_t len)
+{
+    if (len && madvise(p, len, MADV_HUGEPAGE) != 0)
+        mvm_log(MVM_LOG_DEBUG, "madvise(MADV_HUGEPAGE) of %zu bytes: %s", len, strerror(errno));
+}
+
 static void region_destroy(struct region *r)
 {
     munmap(r->view, r->bytes);
@@ -112,11 +145,15 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
                                    size_t item_pages, size_t item_used, const mvm_topo *topo,
                                    mvm_home **out, void **host)
 {
-    (void)b;
+    size_t n_items = n_pages / item_pages, item_bytes = item_pages * page_size;
+    size_t huge = huge_page_for(b, page_size);
+    mvm_huge_plan plan = mvm_host_huge_plan(huge, n_items, item_used,
+                                            mvm_topo_memory_available(1));
     /* Homes are memory the kernel cannot page out to a file: more than there is would end
-     * in the OOM killer midway through the load, so say it now. */
-    mvm_status st = mvm_topo_check_memory("the space's host homes",
-                                          (uint64_t)(n_pages / item_pages) * item_used, 1);
+     * in the OOM killer midway through the load, so say it now. Advised as a whole, an
+     * item's last page is memory whole. */
+    size_t used = plan == MVM_HUGE_VIEW ? (item_used + huge - 1) / huge * huge : item_used;
+    mvm_status st = mvm_topo_check_memory("the space's host homes", (uint64_t)n_items * used, 1);
     if (st != MVM_OK)
         return st;
     mvm_home *h = calloc(1, sizeof *h);
@@ -127,6 +164,18 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
         free(h);
         return st;
     }
+    if (plan == MVM_HUGE_VIEW)
+        advise_huge(h->r.view, n_pages * page_size);
+    for (size_t i = 0; plan == MVM_HUGE_ITEMS && i < n_items; i++)
+        advise_huge((char *)h->r.view + i * item_bytes, item_used / huge * huge);
+    b->home_page = plan != MVM_HUGE_NONE ? huge : (size_t)sysconf(_SC_PAGESIZE);
+    mvm_log(MVM_LOG_INFO, "host homes in %zu KiB pages%s", b->home_page >> 10,
+            plan == MVM_HUGE_VIEW    ? " (transparent huge pages)"
+            : plan == MVM_HUGE_ITEMS ? " (transparent huge pages; each expert's last in 4 KiB ones)"
+            : !b->huge_homes         ? " (MOEVM_HUGE_PAGES=off)"
+            : huge                   ? " (too many experts to give their tails base pages)"
+                                     : " (transparent huge pages for shared memory are off: "
+                                       "/sys/kernel/mm/transparent_hugepage/shmem_enabled)");
     /* Homes are written once at load, then only read: place them near the GPU's node now,
      * the items' used bytes only (the memfd's untouched pages are holes: no memory). No
      * pinning here — nothing DMAs from a host-backend home. */
@@ -149,15 +198,17 @@ static void host_home_destroy(mvm_backend *b, mvm_home *h)
 static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
                                    mvm_pool **out)
 {
-    (void)b;
     mvm_pool *p = calloc(1, sizeof *p);
     if (!p)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
+    /* the pool emulates device memory, whose chunks are whole memory anyway */
     mvm_status st = region_create("moevm-pool", n_chunks * page_size, page_size, &p->r);
     if (st != MVM_OK) {
         free(p);
         return st;
     }
+    if (huge_page_for(b, page_size))
+        advise_huge(p->r.view, n_chunks * page_size);
     *out = p;
     return MVM_OK;
 }

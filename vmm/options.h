@@ -50,8 +50,8 @@ typedef struct mvm_option_table {
 
 /* vmm's own: always part of the table. */
 extern const mvm_option_desc mvm_opt_gpu_budget, mvm_opt_backend, mvm_opt_device,
-    mvm_opt_page_size, mvm_opt_clean_evict, mvm_opt_home_map, mvm_opt_copy_piece,
-    mvm_opt_copy_streams, mvm_opt_move_spin, mvm_opt_log, mvm_opt_cuda_library;
+    mvm_opt_page_size, mvm_opt_clean_evict, mvm_opt_home_map, mvm_opt_huge_pages,
+    mvm_opt_copy_piece, mvm_opt_copy_streams, mvm_opt_move_spin, mvm_opt_log, mvm_opt_cuda_library;
 
 /* Adds a layer's table (again: a no-op). Call from one thread at start, before the checks
  * and listings below run; MVM_ERR_INVALID past 8 tables. */

@@ -24,14 +24,15 @@ mvm_status mvm_space_desc_init(mvm_space_desc *d)
     if (!d)
         return mvm_fail(MVM_ERR_INVALID, "mvm_space_desc_init: desc is NULL");
     memset(d, 0, sizeof *d);
-    mvm_option_value budget, backend, device, page, clean, home_map;
+    mvm_option_value budget, backend, device, page, clean, home_map, huge;
     mvm_status st;
     if ((st = mvm_option_read(&mvm_opt_gpu_budget, &budget)) ||
         (st = mvm_option_read(&mvm_opt_backend, &backend)) ||
         (st = mvm_option_read(&mvm_opt_device, &device)) ||
         (st = mvm_option_read(&mvm_opt_page_size, &page)) ||
         (st = mvm_option_read(&mvm_opt_clean_evict, &clean)) ||
-        (st = mvm_option_read(&mvm_opt_home_map, &home_map)))
+        (st = mvm_option_read(&mvm_opt_home_map, &home_map)) ||
+        (st = mvm_option_read(&mvm_opt_huge_pages, &huge)))
         return st;
     d->device_budget = (uint64_t)budget.i;
     d->device_budget_frac = budget.frac;
@@ -40,6 +41,7 @@ mvm_status mvm_space_desc_init(mvm_space_desc *d)
     d->page_size = (uint64_t)page.i;
     d->clean_evict = clean.i == 1; /* "off|on" */
     d->unmapped_homes = home_map.i == 0;
+    d->small_pages = huge.i == 0; /* "off|on" */
     return MVM_OK;
 }
 
@@ -355,6 +357,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     sp->be = be;
     sp->write_back = be->writable = d->write_back != 0;
     be->track_clean = sp->write_back && d->clean_evict && be->ops->unchanged;
+    be->huge_homes = !d->small_pages;
     if (d->unmapped_homes && !be->host_readable) /* the CPU reads host-backend addresses */
         be->home_mappable = false;
     mvm_option_value piece;
@@ -467,6 +470,7 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->clean_evict = sp->be->track_clean;
     info->packed = sp->packed;
     info->slots = sp->slots;
+    info->home_page = sp->be->home_page;
     return MVM_OK;
 }
 

@@ -564,6 +564,39 @@ uint64_t mvm_topo_memory_available(int swappable)
     return cgroup < machine ? cgroup : machine;
 }
 
+size_t mvm_topo_huge_page_in(const char *dir, int shared)
+{
+    char path[640], mode[160] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, shared ? "shmem_enabled" : "enabled");
+    FILE *f = fopen(path, "r");
+    int ok = f && fgets(mode, sizeof mode, f);
+    if (f)
+        fclose(f);
+    /* the setting in force is the bracketed one: "always [madvise] never" */
+    const char *open = ok ? strchr(mode, '[') : NULL, *close = open ? strchr(open, ']') : NULL;
+    if (!close)
+        return 0;
+    char word[32];
+    snprintf(word, sizeof word, "%.*s", (int)(close - open - 1), open + 1);
+    static const char *const huge_shared[] = {"always", "within_size", "advise", "force"};
+    static const char *const huge_anon[] = {"always", "madvise"};
+    const char *const *on = shared ? huge_shared : huge_anon;
+    size_t n_on = shared ? 4 : 2, k = 0;
+    while (k < n_on && strcmp(word, on[k]) != 0)
+        k++;
+    uint64_t size;
+    if (k == n_on || !file_u64(dir, "hpage_pmd_size", &size))
+        return 0;
+    return (size_t)size;
+}
+
+const char *mvm_topo_thp_dir = "/sys/kernel/mm/transparent_hugepage";
+
+size_t mvm_topo_huge_page(int shared)
+{
+    return mvm_topo_huge_page_in(mvm_topo_thp_dir, shared);
+}
+
 mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable)
 {
     uint64_t avail = mvm_topo_memory_available(swappable);

@@ -57,6 +57,16 @@ uint64_t mvm_topo_memory_available(int swappable);
  * killer (or, pinned, starving the machine) midway through a load. */
 mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable);
 
+/* The size of the transparent huge pages the kernel gives memory advised with
+ * madvise(MADV_HUGEPAGE), as the THP settings under `dir` (/sys/kernel/mm/transparent_hugepage
+ * for mvm_topo_huge_page) say: for `shared` memory (a memfd's: shmem_enabled at always,
+ * within_size, advise or force) or anonymous memory (enabled at always or madvise). 0 where
+ * they say never or deny, or the kernel has no THP. */
+size_t mvm_topo_huge_page_in(const char *dir, int shared);
+size_t mvm_topo_huge_page(int shared);
+/* The directory mvm_topo_huge_page reads: the kernel's, or a test's stand-in. */
+extern const char *mvm_topo_thp_dir;
+
 /* The topology a space probed when it was made, for its GPU (its homes' node and the cores
  * near it): what the engine's threads follow (engine/model/model.c), without a second
  * probe. */

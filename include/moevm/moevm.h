@@ -127,6 +127,17 @@ typedef struct mvm_space_desc {
                                     device reads (the host backend). A packed space (pack)
                                     moves nothing and ignores it. 0 by default; the engine
                                     sets MOEVM_SLOTS's */
+    int small_pages;             /* 1: the host homes keep the kernel's base pages (4 KiB).
+                                    0 (default): they are advised for transparent huge pages
+                                    (madvise MADV_HUGEPAGE), which the kernel grants where its
+                                    THP settings allow (the host backend's memfd:
+                                    shmem_enabled at advise or always; the cuda backend's
+                                    registered memory: enabled at madvise or always): the
+                                    CPU then reads experts through 2 MiB pages, one TLB entry
+                                    for 512 of 4 KiB (a 16-layer OLMoE decoded 3% faster,
+                                    docs/engine.md); an expert's last page is then memory
+                                    whole only where that wastes little (vmm/backend.h,
+                                    mvm_host_huge_plan). MOEVM_HUGE_PAGES=off sets it */
 } mvm_space_desc;
 
 /* Where a packed space's experts start: a multiple of this many bytes (every load of a
@@ -181,6 +192,11 @@ typedef struct mvm_space_info {
                                   granules */
     int slots;                 /* 1: resident experts are read in the pool's view, never at
                                   their own addresses (mvm_space_desc.slots, mvm_expert_slot) */
+    uint64_t home_page;        /* the pages the CPU reads the host homes in: a transparent
+                                  huge page's size (2 MiB) where they were advised and the
+                                  kernel's settings grant it (mvm_space_desc.small_pages),
+                                  else the base page's (4 KiB); 0 where the driver allocates
+                                  them (HOST_NUMA VMM) */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
