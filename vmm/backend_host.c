@@ -169,13 +169,15 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     for (size_t i = 0; plan == MVM_HUGE_ITEMS && i < n_items; i++)
         advise_huge((char *)h->r.view + i * item_bytes, item_used / huge * huge);
     b->home_page = plan != MVM_HUGE_NONE ? huge : (size_t)sysconf(_SC_PAGESIZE);
-    mvm_log(MVM_LOG_INFO, "host homes in %zu KiB pages%s", b->home_page >> 10,
-            plan == MVM_HUGE_VIEW    ? " (transparent huge pages)"
-            : plan == MVM_HUGE_ITEMS ? " (transparent huge pages; each expert's last in 4 KiB ones)"
-            : !b->huge_homes         ? " (MOEVM_HUGE_PAGES=off)"
-            : huge                   ? " (too many experts to give their tails base pages)"
-                                     : " (transparent huge pages for shared memory are off: "
-                                       "/sys/kernel/mm/transparent_hugepage/shmem_enabled)");
+    mvm_log(MVM_LOG_INFO, "host homes in %zu KiB pages (%s)", b->home_page >> 10,
+            plan == MVM_HUGE_VIEW    ? "transparent huge pages"
+            : plan == MVM_HUGE_ITEMS ? "transparent huge pages, each expert's last page in base ones"
+            : !b->huge_homes         ? "MOEVM_HUGE_PAGES=off"
+            : !mvm_topo_huge_page(1) ? "transparent huge pages for shared memory are off: "
+                                       "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+            : !huge                  ? "the space's pages are not whole huge pages"
+                                     : "huge pages would hold the experts' tails, and they are "
+                                       "too many or too small to keep their tails apart");
     /* Homes are written once at load, then only read: place them near the GPU's node now,
      * the items' used bytes only (the memfd's untouched pages are holes: no memory). No
      * pinning here — nothing DMAs from a host-backend home. */
