@@ -1,8 +1,11 @@
 /* Backend selection: AUTO prefers cuda and falls back to host, saying why at info level. */
 #include "vmm/backend.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "vmm/error.h"
 
@@ -21,6 +24,17 @@ void *mvm_mmap_aligned(size_t bytes, size_t align, int prot, int flags)
     if (tail)
         munmap((char *)start + bytes, tail);
     return (void *)start;
+}
+
+size_t mvm_advise_huge(const mvm_backend *b, void *p, size_t len, size_t page, int shared)
+{
+    size_t huge = b->huge_homes ? mvm_topo_huge_page(shared) : 0;
+    if (huge && page % huge == 0) {
+        if (madvise(p, len, MADV_HUGEPAGE) == 0)
+            return huge;
+        mvm_log(MVM_LOG_DEBUG, "madvise(MADV_HUGEPAGE) of %zu bytes: %s", len, strerror(errno));
+    }
+    return (size_t)sysconf(_SC_PAGESIZE);
 }
 
 mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out)

@@ -9,8 +9,8 @@
  *                cuMemCreate(HOST_NUMA) handle per page on the GPU's node, mapped into a
  *                home view with CPU and device access; non-resident pages of the space map
  *                these same handles, so kernels can read any expert (over PCIe).
- *                Otherwise: mmap + parallel first touch on the GPU's node + cuMemHostRegister,
- *                and non-resident pages stay unmapped. Either way a kernel can read a home in
+ *                Otherwise: mmap (advised for huge pages) + parallel first touch on the
+ *                GPU's node + cuMemHostRegister, and non-resident pages stay unmapped. Either way a kernel can read a home in
  *                place (the home view's device access, or the registered memory's device
  *                pointer): home_device_addr.
  *   map          cuMemUnmap (if replacing) + cuMemMap + cuMemSetAccess; callers guarantee no
@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "vmm/backend_cuda.h"
 #include "vmm/error.h"
@@ -237,11 +236,10 @@ static mvm_status home_create_vmm(cuda_backend *c, mvm_home *h)
     mvm_status st = handle_view_create(c, &prop, h->n, h->page, access, 2, &h->hv);
     if (st != MVM_OK)
         return st;
-    /* Not zeroed: a home's bytes are unspecified until written, as cuMemCreate's and
-     * cuMemAlloc's are. The engine writes each expert before its first move, and a program
-     * under the interposer gets what a device allocation would give it. A memset here
-     * committed every home page at creation (the interposer's oversubscribed heap as a
-     * whole at its first allocation) and, under ThreadSanitizer, its shadow too. */
+    /* Not zeroed: a home's bytes are unspecified until written, as cuMemCreate's are (the
+     * engine writes each expert before its first move; under the interposer, as a device
+     * allocation). A memset here committed every home page at creation (the interposer's
+     * heap at its first allocation) and, under ThreadSanitizer, its shadow too. */
     h->host = (void *)(uintptr_t)h->hv.view;
     h->dev = h->hv.view; /* the view grants the device access too */
     return MVM_OK;
@@ -255,14 +253,8 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
                                MAP_PRIVATE | MAP_ANONYMOUS);
     if (h->host == MAP_FAILED)
         return mvm_fail(MVM_ERR_NOMEM, "mmap of %zu bytes for host homes failed", bytes);
-    /* The CPU computes misses from the homes (and reads them for copies): in transparent
-     * huge pages where the kernel grants them (backend_host.c's reasons), advised before
-     * placement touches them. Pinned, every page is memory anyway. */
-    size_t huge = c->base.huge_homes ? mvm_topo_huge_page(0) : 0;
-    if (huge && h->page % huge == 0 && madvise(h->host, bytes, MADV_HUGEPAGE) == 0)
-        c->base.home_page = huge;
-    else
-        c->base.home_page = (size_t)sysconf(_SC_PAGESIZE);
+    /* the CPU computes misses from them: huge pages where granted, before they are touched */
+    c->base.home_page = mvm_advise_huge(&c->base, h->host, bytes, h->page, 0);
     /* Placement must precede registration: registered pages can no longer migrate. */
     if (topo)
         mvm_topo_place(topo, h->host, bytes, 0);
@@ -275,9 +267,8 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
                 mvm_last_error());
         return MVM_OK;
     }
-    /* The device's pointer to them (the host's own under unified addressing, where the
-     * device can use it, but the documentation promises only this one). Without it nothing
-     * reads the homes in place; the moves are unaffected. */
+    /* The device's pointer to them (the host's own under unified addressing, but only this
+     * one is promised). Without it nothing reads the homes in place; moves are unaffected. */
     if ((r = c->cu.MemHostGetDevicePointer(&h->dev, h->host, 0)) != CUDA_SUCCESS) {
         h->dev = 0;
         mvm_cu_fail(&c->cu, r, "cuMemHostGetDevicePointer");
@@ -307,7 +298,6 @@ static mvm_status cuda_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     h->vmm = b->home_mappable;
     if (c->host_numa_id < 0)
         c->host_numa_id = topo && topo->numa_node >= 0 ? topo->numa_node : 0;
-    c->base.home_page = 0; /* the driver's pages (HOST_NUMA VMM), unless registered below */
     st = h->vmm ? home_create_vmm(c, h) : home_create_registered(c, h, topo);
     if (st != MVM_OK) {
         free(h);

@@ -209,8 +209,7 @@ static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
         free(p);
         return st;
     }
-    if (huge_page_for(b, page_size))
-        advise_huge(p->r.view, n_chunks * page_size);
+    mvm_advise_huge(b, p->r.view, n_chunks * page_size, page_size, 1);
     *out = p;
     return MVM_OK;
 }
