@@ -227,9 +227,13 @@ int main(void)
     RUN(test_view_advised);
     RUN(test_items_advised);
     RUN(test_not_advised);
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    static const char *const settings[] = {"enabled", "shmem_enabled", "hpage_pmd_size"};
+    for (size_t i = 0; i < 3; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/%s", dir, settings[i]);
+        unlink(path);
+    }
+    if (rmdir(dir) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
     TEST_END();
 }
