@@ -573,11 +573,11 @@ size_t mvm_topo_huge_page_in(const char *dir, int shared)
     if (f)
         fclose(f);
     /* the setting in force is the bracketed one: "always [madvise] never" */
-    const char *open = ok ? strchr(mode, '[') : NULL, *close = open ? strchr(open, ']') : NULL;
-    if (!close)
+    const char *from = ok ? strchr(mode, '[') : NULL, *to = from ? strchr(from, ']') : NULL;
+    if (!to)
         return 0;
     char word[32];
-    snprintf(word, sizeof word, "%.*s", (int)(close - open - 1), open + 1);
+    snprintf(word, sizeof word, "%.*s", (int)(to - from - 1), from + 1);
     static const char *const huge_shared[] = {"always", "within_size", "advise", "force"};
     static const char *const huge_anon[] = {"always", "madvise"};
     const char *const *on = shared ? huge_shared : huge_anon;
