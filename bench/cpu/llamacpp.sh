@@ -21,6 +21,10 @@
 #          moevm_tok_s=.. llamacpp_tok_s=.. ratio=.. read_gbs=MIN-MAX
 #          file=llama-quantize (or mkmodel, llama-quantize+imatrix: who made the file)
 #          [moevm_bound=.. llamacpp_bound=.. (tg128: fractions of the bound)]  (on one line)
+# Layers: 3 keeps the files small (OLMoE's F16 1.2 GiB), but leaves the output product, the
+# same at any depth, a third of what a decode token reads (two thirds for Qwen3's shape), so
+# decode compares mostly one large matrix; OLMoE's own 16 (F16 12.9 GiB, made once, about
+# 10 minutes here) weighs the experts as the model does (docs/perf/cpu.md, session 114).
 # usage: bash bench/cpu/llamacpp.sh [threads (2)] [rounds (3)] [layers (3)] [types ("q8_0 q4_k_m")]
 #                                   [preset (olmoe-1b-7b; any of moevm mkmodel --list's)]
 # (gpt-oss's files, for one: bash bench/cpu/llamacpp.sh 2 2 3 mxfp4_moe gpt-oss-20b)
