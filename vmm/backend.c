@@ -26,15 +26,24 @@ void *mvm_mmap_aligned(size_t bytes, size_t align, int prot, int flags)
     return (void *)start;
 }
 
-size_t mvm_advise_huge(const mvm_backend *b, void *p, size_t len, size_t page, int shared)
+size_t mvm_huge_page_for(const mvm_backend *b, size_t page, int shared)
 {
     size_t huge = b->huge_homes ? mvm_topo_huge_page(shared) : 0;
-    if (huge && page % huge == 0) {
-        if (madvise(p, len, MADV_HUGEPAGE) == 0)
-            return huge;
-        mvm_log(MVM_LOG_DEBUG, "madvise(MADV_HUGEPAGE) of %zu bytes: %s", len, strerror(errno));
-    }
-    return (size_t)sysconf(_SC_PAGESIZE);
+    return huge && page % huge == 0 ? huge : 0;
+}
+
+int mvm_madvise_huge(void *p, size_t len)
+{
+    if (len == 0 || madvise(p, len, MADV_HUGEPAGE) == 0)
+        return 1;
+    mvm_log(MVM_LOG_DEBUG, "madvise(MADV_HUGEPAGE) of %zu bytes: %s", len, strerror(errno));
+    return 0;
+}
+
+size_t mvm_advise_huge(const mvm_backend *b, void *p, size_t len, size_t page, int shared)
+{
+    size_t huge = mvm_huge_page_for(b, page, shared);
+    return huge && mvm_madvise_huge(p, len) ? huge : (size_t)sysconf(_SC_PAGESIZE);
 }
 
 mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out)

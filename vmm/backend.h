@@ -141,11 +141,17 @@ mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out
 /* An anonymous mapping of `bytes` starting on an `align` boundary (a multiple of the
  * system page), MAP_FAILED with errno on failure; munmap(p, bytes) frees it. */
 void *mvm_mmap_aligned(size_t bytes, size_t align, int prot, int flags);
-/* Advises [p, p + len), untouched memory in pages of `page` bytes, for transparent huge
- * pages where the space asks for them (b->huge_homes), the kernel grants them to this kind
- * of memory (a memfd's: shared; else anonymous; mvm_topo_huge_page) and they tile `page`, so
- * no huge page spans two of its pages' owners. Returns the page size the CPU will read it
- * in: the huge page's where advised, else the base page's. */
+/* The transparent huge page size for memory in pages of `page` bytes (0: none): the space
+ * asks for them (b->huge_homes), the kernel grants them to this kind of memory (a memfd's:
+ * shared; else anonymous; mvm_topo_huge_page), and they tile `page`, so no huge page spans
+ * two of its pages' owners. */
+size_t mvm_huge_page_for(const mvm_backend *b, size_t page, int shared);
+/* madvise(MADV_HUGEPAGE) of [p, p + len), before any of it is touched (the advice applies
+ * to the faults that follow); 0 where the kernel refused, said at debug level. */
+int mvm_madvise_huge(void *p, size_t len);
+/* Advises [p, p + len), untouched memory in pages of `page` bytes, as a whole where
+ * mvm_huge_page_for allows. Returns the page size the CPU will read it in: the huge
+ * page's where advised, else the base page's. */
 size_t mvm_advise_huge(const mvm_backend *b, void *p, size_t len, size_t page, int shared);
 
 mvm_status mvm_backend_host_open(mvm_backend **out);

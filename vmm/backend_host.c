@@ -105,18 +105,6 @@ static mvm_status region_create(const char *name, size_t bytes, size_t page_size
     return MVM_OK;
 }
 
-/* The transparent huge page size for a memfd of page_size pages (0: none): the space asked
- * for them, the kernel gives them to a memfd's advised memory, and they tile its pages, so
- * no huge page holds two experts. On a 16-layer OLMoE-1B-7B (3.4 GiB of Q4_K experts) the
- * CPU decoded 3% faster with them, the median of 12 alternated pairs (docs/perf/cpu.md):
- * 512 times fewer TLB misses, and the hardware prefetchers, which stop at a page's end,
- * run on for 2 MiB. */
-static size_t huge_page_for(const mvm_backend *b, size_t page_size)
-{
-    size_t huge = b->huge_homes ? mvm_topo_huge_page(1) : 0;
-    return huge && page_size % huge == 0 ? huge : 0;
-}
-
 mvm_huge_plan mvm_host_huge_plan(size_t huge, size_t n_items, size_t used, uint64_t avail)
 {
     if (!huge || used == 0)
@@ -126,13 +114,6 @@ mvm_huge_plan mvm_host_huge_plan(size_t huge, size_t n_items, size_t used, uint6
     if (tails <= bytes / 8 && bytes + tails <= avail)
         return MVM_HUGE_VIEW;
     return n_items <= MVM_HUGE_ITEMS_MAX && used >= huge ? MVM_HUGE_ITEMS : MVM_HUGE_NONE;
-}
-
-/* Advice given before any page is touched: it applies to the faults that follow. */
-static void advise_huge(char *p, size_t len)
-{
-    if (len && madvise(p, len, MADV_HUGEPAGE) != 0)
-        mvm_log(MVM_LOG_DEBUG, "madvise(MADV_HUGEPAGE) of %zu bytes: %s", len, strerror(errno));
 }
 
 static void region_destroy(struct region *r)
@@ -145,8 +126,12 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
                                    size_t item_pages, size_t item_used, const mvm_topo *topo,
                                    mvm_home **out, void **host)
 {
+    /* Huge pages: on a 16-layer OLMoE-1B-7B (3.4 GiB of Q4_K experts) the CPU decoded 3%
+     * faster with them, the median of 12 alternated pairs (docs/perf/cpu.md): 512 times
+     * fewer TLB misses, and the hardware prefetchers, which stop at a page's end, run on
+     * for 2 MiB. */
     size_t n_items = n_pages / item_pages, item_bytes = item_pages * page_size;
-    size_t huge = huge_page_for(b, page_size);
+    size_t huge = mvm_huge_page_for(b, page_size, 1);
     mvm_huge_plan plan = mvm_host_huge_plan(huge, n_items, item_used,
                                             mvm_topo_memory_available(1));
     /* Homes are memory the kernel cannot page out to a file: more than there is would end
@@ -165,9 +150,9 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
         return st;
     }
     if (plan == MVM_HUGE_VIEW)
-        advise_huge(h->r.view, n_pages * page_size);
+        mvm_madvise_huge(h->r.view, n_pages * page_size);
     for (size_t i = 0; plan == MVM_HUGE_ITEMS && i < n_items; i++)
-        advise_huge((char *)h->r.view + i * item_bytes, item_used / huge * huge);
+        mvm_madvise_huge((char *)h->r.view + i * item_bytes, item_used / huge * huge);
     b->home_page = plan != MVM_HUGE_NONE ? huge : (size_t)sysconf(_SC_PAGESIZE);
     mvm_log(MVM_LOG_INFO, "host homes in %zu KiB pages (%s)", b->home_page >> 10,
             plan == MVM_HUGE_VIEW    ? "transparent huge pages"
