@@ -16,8 +16,18 @@
  * The step clock: the steps observed so far, so during step p's loads it is p (the step's
  * own experts are busy) and after its observation p + 1; either way a candidate's next use
  * is its first use at or after the clock. An expert never used again goes first; among
- * those, and among equal next uses, the first candidate. No parameters.
+ * those, and among equal next uses, the first candidate.
+ *
+ * Parameter `ahead=T` (default: the whole future) makes it a partial oracle, to measure how
+ * much of MIN's advantage lies how far ahead: it reads the routing only to the end of
+ * token t + T, t the token of the clock's step (T = 0: the rest of the current token, what
+ * a perfect predictor of the later layers from the current hidden state could know at
+ * best). Candidates it cannot see a use of go first, ranked by `affinity` (evict_affinity.c,
+ * alpha 0.2: the best online module here, docs/perf/policies.md), so the column is
+ * "affinity plus T tokens of foresight"; only when every candidate has a use within sight
+ * does the furthest go.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "policy/modules.h"
@@ -29,6 +39,12 @@ typedef struct belady {
     uint64_t *first;           /* [L*E + 1] expert x's uses are uses[first[x] .. first[x+1]) */
     uint64_t *uses;            /* the step of every selection, ascending per expert */
     uint64_t *cursor;          /* [L*E] x's first use not yet passed by the clock */
+    /* ahead=T only (affinity NULL without): the future read to the end of token
+     * clock/L + ahead, affinity ranking what lies beyond */
+    uint64_t ahead;
+    void *affinity;
+    uint32_t *blind;           /* [L*E] scratch: the candidates without a use in sight */
+    uint32_t *blind_at;        /* [L*E] scratch: their indices in cand */
 } belady;
 
 static void belady_destroy(void *self)
@@ -38,6 +54,10 @@ static void belady_destroy(void *self)
         free(b->first);
         free(b->uses);
         free(b->cursor);
+        free(b->blind);
+        free(b->blind_at);
+        if (b->affinity)
+            mvm_evict_affinity.destroy(b->affinity);
     }
     free(b);
 }
@@ -69,10 +89,16 @@ static void index_future(belady *b, const mvm_pfuture *f, uint32_t top_k)
 
 static mvm_status belady_create(const mvm_pinit *init, void **self)
 {
-    static const char *const known[] = {NULL};
+    static const char *const known[] = {"ahead", NULL};
+    double ahead = INFINITY; /* the whole future */
     mvm_status st = mvm_pparams_check(&init->params, known, "evict belady");
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "ahead", INFINITY, &ahead);
     if (st != MVM_OK)
         return st;
+    if (ahead != INFINITY && !(ahead >= 0 && ahead <= 1e9 && ahead == floor(ahead)))
+        return mvm_fail(MVM_ERR_INVALID,
+                        "evict belady: ahead=%g is not a whole number of tokens >= 0", ahead);
     const mvm_pfuture *f = init->future;
     if (!f || !f->experts)
         return mvm_fail(MVM_ERR_INVALID,
@@ -92,6 +118,21 @@ static mvm_status belady_create(const mvm_pinit *init, void **self)
     b->n_experts = sh->n_experts;
     b->n_steps = steps;
     index_future(b, f, sh->top_k);
+    if (ahead != INFINITY) {
+        mvm_pinit sub = *init;
+        sub.params.text = "";
+        b->ahead = (uint64_t)ahead;
+        if (!(b->blind = malloc((n ? n : 1) * sizeof *b->blind)) ||
+            !(b->blind_at = malloc((n ? n : 1) * sizeof *b->blind_at))) {
+            belady_destroy(b);
+            return mvm_fail(MVM_ERR_NOMEM, "evict belady: out of memory");
+        }
+        st = mvm_evict_affinity.create(&sub, &b->affinity);
+        if (st != MVM_OK) {
+            belady_destroy(b);
+            return st;
+        }
+    }
     *self = b;
     return MVM_OK;
 }
@@ -99,8 +140,8 @@ static mvm_status belady_create(const mvm_pinit *init, void **self)
 static void belady_observe(void *self, const mvm_pview *v, const mvm_pstep *step)
 {
     belady *b = self;
-    (void)v;
-    (void)step;
+    if (b->affinity)
+        mvm_evict_affinity.observe(b->affinity, v, step);
     b->clock++;
 }
 
@@ -117,8 +158,26 @@ static uint32_t belady_victim(void *self, const mvm_pview *v, uint32_t for_layer
                               const uint32_t *cand, uint32_t n)
 {
     belady *b = self;
-    (void)v;
-    (void)for_layer;
+    if (b->affinity) {
+        /* the first step past sight: token clock/L + ahead's end */
+        const uint64_t sight = (b->clock / b->n_layers + b->ahead + 1) * b->n_layers;
+        uint32_t n_blind = 0, best = 0;
+        uint64_t furthest = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t u = next_use(b, cand[i]);
+            if (u >= sight) {
+                b->blind_at[n_blind] = i;
+                b->blind[n_blind++] = cand[i];
+            } else if (u > furthest) {
+                best = i;
+                furthest = u;
+            }
+        }
+        if (!n_blind)
+            return best;
+        return b->blind_at[mvm_evict_affinity.victim(b->affinity, v, for_layer, b->blind,
+                                                     n_blind)];
+    }
     uint32_t best = 0;
     uint64_t furthest = next_use(b, cand[0]);
     for (uint32_t i = 1; i < n && furthest != UINT64_MAX; i++) {
@@ -134,7 +193,8 @@ static uint32_t belady_victim(void *self, const mvm_pview *v, uint32_t for_layer
 const mvm_evict_ops mvm_evict_belady = {
     .name = "belady",
     .about = "offline optimum (Belady's MIN): furthest next use, read from the trace; "
-             "moevm sim only, the bound the others are measured against",
+             "moevm sim only, the bound the others are measured against; ahead=T: the "
+             "trace read only T tokens past the current one, affinity beyond",
     .create = belady_create,
     .destroy = belady_destroy,
     .observe = belady_observe,

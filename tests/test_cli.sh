@@ -689,6 +689,9 @@ expect 1 "^moevm run: --cost $tmp/r.jsonl: line 1: not valid JSON|^moevm run: --
 expect 1 'no evict policy .clairvoyant.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict clairvoyant
 # every table ends with the offline bound, which hits at least as often as LRU
 expect 0 'bound: evict=belady \(offline\) +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20%
+# a partial oracle (belady{ahead=T}) is not the bound: the table still ends with it
+expect 0 'bound: evict=belady \(offline\) +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --compare 'evict=belady{ahead=0}'
+expect 1 'evict belady: ahead=1.5 is not a whole number' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict 'belady{ahead=1.5}'
 expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict 'lru{window=3}'
 expect 2 'give --trace FILE' -- "$moevm" sim --budget 10%
 expect 2 'not both' -- "$moevm" sim --trace "$tmp/g.jsonl" --model-shape mixtral-8x7b

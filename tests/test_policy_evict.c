@@ -512,6 +512,50 @@ static void test_belady_optimal(void)
     CHECK(strstr(mvm_last_error(), "evict belady") && strstr(mvm_last_error(), "moevm sim"));
 }
 
+/* belady{ahead=T}, by hand: 2 layers of 2 experts, top-1; x = layer*2 + e. The future,
+ * two steps a token: x0 x2 | x1 x3 | x0 x2. Steps 0 and 1 are observed with scores that
+ * give affinity's keys x0 ln .3, x1 ln .7, x2 ln .9, x3 ln .1; then, at step 2 (token 1),
+ * before it is observed, as the simulator asks:
+ *   {x3, x0}: x3 is used at step 3 (this token), x0 at step 4 (the next). affinity alone
+ *             evicts x3 (the lower key); ahead=0 sees x3's use and not x0's, so x0 goes,
+ *             as under MIN.
+ *   {x0, x2}: uses at steps 4 and 5, both in the next token. ahead=0 sees neither and
+ *             follows affinity (x0); ahead=1 sees both and evicts the furthest, x2, as MIN.
+ * A value that is not a whole number of tokens >= 0 is refused, naming it. */
+static void test_belady_ahead(void)
+{
+    static const mvm_pshape sh = {.n_layers = 2, .n_experts = 2, .top_k = 1,
+                                  .pages_per_expert = 1};
+    static const int32_t future_e[6] = {0, 0, 1, 1, 0, 0};
+    const mvm_pfuture future = {.n_tokens = 3, .experts = future_e};
+    static const float s0[2] = {0.3f, 0.7f}, s1[2] = {0.9f, 0.1f};
+    const uint32_t c30[2] = {3, 0}, c02[2] = {0, 2};
+    const char *params[4] = {"", "ahead=0", "ahead=1", NULL};
+    const uint32_t want30[4] = {1, 1, 1, 0}, want02[4] = {1, 0, 1, 0}; /* [3]: affinity */
+    uint32_t resident[4] = {1, 1, 1, 1};
+    uint8_t busy[4] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy, .capacity_pages = 2};
+    for (int i = 0; i < 4; i++) {
+        const mvm_evict_ops *ops = params[i] ? &mvm_evict_belady : &mvm_evict_affinity;
+        void *self = make_seeing(ops, &sh, params[i] ? params[i] : "", &future);
+        if (!self)
+            continue;
+        step_buf b;
+        ops->observe(self, &v, fill(&b, &sh, 0, 1, s0, &future_e[0]));
+        ops->observe(self, &v, fill(&b, &sh, 1, 1, s1, &future_e[1]));
+        CHECK(ops->victim(self, &v, 0, c30, 2) == want30[i]);
+        CHECK(ops->victim(self, &v, 0, c02, 2) == want02[i]);
+        ops->destroy(self);
+    }
+    static const char *const bad[] = {"ahead=-1", "ahead=0.5", "ahead=nan", "ahead=-inf"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mvm_pinit in = {.shape = &sh, .cost = &no_cost, .params = {bad[i]}, .future = &future};
+        void *self = NULL;
+        CHECK_ST(mvm_evict_belady.create(&in, &self), MVM_ERR_INVALID);
+        CHECK(strstr(mvm_last_error(), "evict belady") && strstr(mvm_last_error(), "ahead"));
+    }
+}
+
 /* affinity, by hand. With scores, alpha 0.5: expert 0 spikes once (0.9, then 0.01 twice),
  * expert 1 scores 0.2 steadily. SMoE's plain mean over the 3 steps ranks the spike higher
  * (0.307 > 0.2) and evicts 1; the logs give 0: ln 0.9 = -0.105, then -2.355, then -3.480,
@@ -1057,6 +1101,7 @@ int main(void)
     RUN(test_reuse_hot);
     RUN(test_reuse_dead);
     RUN(test_belady_optimal);
+    RUN(test_belady_ahead);
     RUN(test_affinity);
     RUN(test_params);
     RUN(test_random_sequences);

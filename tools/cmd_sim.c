@@ -184,13 +184,14 @@ static int parse_set(const char *text, const struct policy_set *base, struct pol
 
 /* The last row of every table: the base policies with evict belady, the offline optimum
  * (policy/evict_belady.c), so each comparison shows how far its evictions are from the best
- * possible. Not added when a set already runs belady, nor for --alpha-for's series. -1: go
- * on. */
+ * possible. Not added when a set already runs it (belady without parameters: `ahead` makes
+ * it a partial oracle), nor for --alpha-for's series. -1: go on. */
 static int add_bound(struct sim_args *a)
 {
     for (int i = 0; i < a->n_sets; i++)
         if (a->sets[i].policy[MVM_ROLE_EVICT] &&
-            strcmp(a->sets[i].policy[MVM_ROLE_EVICT], "belady") == 0)
+            strcmp(a->sets[i].policy[MVM_ROLE_EVICT], "belady") == 0 &&
+            !(a->sets[i].params[MVM_ROLE_EVICT] && *a->sets[i].params[MVM_ROLE_EVICT]))
             return -1;
     struct policy_set *b = &a->sets[a->n_sets++];
     *b = a->base;
