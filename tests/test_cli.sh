@@ -847,12 +847,12 @@ import csv, sys
 rows = list(csv.reader(sys.stdin))
 head = rows[0]
 assert head == ["model_filename", "arch", "experts_type", "experts_gib", "backend", "n_threads",
-                "budget_gib", "routing", "test", "n_prompt", "n_gen", "repetitions", "avg_ts",
+                "budget_gib", "routing", "test", "n_prompt", "n_gen", "n_depth", "repetitions", "avg_ts",
                 "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"], head
 rows = [dict(zip(head, r)) for r in rows[1:]]
 assert [r["test"] for r in rows] == ["pp8", "tg4", "pp8", "tg4"], rows
 for r in rows:
-    for k in ("experts_gib", "n_threads", "budget_gib", "n_prompt", "n_gen", "repetitions",
+    for k in ("experts_gib", "n_threads", "budget_gib", "n_prompt", "n_gen", "n_depth", "repetitions",
               "avg_ts", "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"):
         float(r[k])
     assert r["arch"] == "qwen3moe" and r["n_threads"] == "1" and float(r["avg_ts"]) > 0
@@ -860,6 +860,16 @@ for r in rows:
     assert 0 <= float(r["load_wait"]) <= 1
 assert (rows[0]["n_prompt"], rows[0]["n_gen"], rows[1]["n_prompt"], rows[1]["n_gen"]) == ("8", "0", "0", "4")
 assert float(rows[0]["budget_gib"]) < float(rows[2]["budget_gib"])'
+# -d, llama-bench's depth: each test at each depth, in that order, named as llama-bench names it
+"$moevm" bench -m "$m" -p 4 -n 2 -d 0,6 -r 1 -t 1 -o csv >"$tmp/bench.d" 2>"$tmp/bench.d.err"
+check_py 'bench -d 0,6' "$tmp/bench.d" '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+assert [(r["test"], r["n_depth"]) for r in rows] == [("pp4", "0"), ("pp4 @ d6", "6"),
+                                                      ("tg2", "0"), ("tg2 @ d6", "6")], rows
+assert all(float(r["avg_ts"]) > 0 for r in rows)'
+expect 0 '\| tg2 @ d5 \| [0-9.]+ \+- ' -- "$moevm" bench -m "$m" -p 0 -n 2 -d 5 -r 1 -t 1
+expect 2 '^moevm bench: -d -1: expected an integer' -- "$moevm" bench -m "$m" -d -1
 "$moevm" bench -m "$m" -p 0 -n 4 -r 3 -t 1,2 --output json >"$tmp/bench.json" 2>/dev/null
 check_py 'bench -o json' "$tmp/bench.json" '
 import json, sys

@@ -10,11 +10,15 @@ const char *const mvm_bench_formats[] = {"text", "csv", "json", "jsonl", "md", N
  * them (a test's name, the hit rate in percent, the budget "home"). */
 static const char csv_header[] =
     "model_filename,arch,experts_type,experts_gib,backend,n_threads,budget_gib,routing,test,"
-    "n_prompt,n_gen,repetitions,avg_ts,stddev_ts,hit_rate,mib_moved_per_token,load_wait\n";
+    "n_prompt,n_gen,n_depth,repetitions,avg_ts,stddev_ts,hit_rate,mib_moved_per_token,"
+    "load_wait\n";
 
+/* llama-bench's: "tg128", and "tg128 @ d4096" after a cache of 4096 tokens. */
 static void test_name(const mvm_bench_row *r, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s%u", r->gen ? "tg" : "pp", r->n_tokens);
+    int n = snprintf(buf, cap, "%s%u", r->gen ? "tg" : "pp", r->n_tokens);
+    if (r->n_depth && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " @ d%u", r->n_depth);
 }
 
 /* A string field of a CSV line, quoted: a path may hold commas or quotes. */
@@ -39,7 +43,7 @@ static void csv_number(FILE *f, double v, const char *sep)
 
 static void write_csv(FILE *f, const mvm_bench_row *r)
 {
-    char test[16];
+    char test[40];
     test_name(r, test, sizeof test);
     csv_string(f, r->model);
     csv_string(f, r->arch);
@@ -50,7 +54,8 @@ static void write_csv(FILE *f, const mvm_bench_row *r)
     csv_number(f, r->budget_gib, ",");
     csv_string(f, r->routing);
     csv_string(f, test);
-    fprintf(f, "%u,%u,%u,", r->gen ? 0 : r->n_tokens, r->gen ? r->n_tokens : 0, r->reps);
+    fprintf(f, "%u,%u,%u,%u,", r->gen ? 0 : r->n_tokens, r->gen ? r->n_tokens : 0, r->n_depth,
+            r->reps);
     csv_number(f, r->avg_ts, ",");
     csv_number(f, r->stddev_ts, ",");
     csv_number(f, r->hit_rate, ",");
@@ -71,7 +76,7 @@ static void json_number(cJSON *o, const char *key, double v)
  * NULL when out of memory. */
 static char *json_record(const mvm_bench_row *r, int one_line)
 {
-    char test[16];
+    char test[40];
     test_name(r, test, sizeof test);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_filename", r->model);
@@ -85,6 +90,7 @@ static char *json_record(const mvm_bench_row *r, int one_line)
     cJSON_AddStringToObject(o, "test", test);
     cJSON_AddNumberToObject(o, "n_prompt", r->gen ? 0 : r->n_tokens);
     cJSON_AddNumberToObject(o, "n_gen", r->gen ? r->n_tokens : 0);
+    cJSON_AddNumberToObject(o, "n_depth", r->n_depth);
     cJSON_AddNumberToObject(o, "repetitions", r->reps);
     cJSON_AddNumberToObject(o, "avg_ts", r->avg_ts);
     cJSON_AddNumberToObject(o, "stddev_ts", r->stddev_ts);
@@ -101,7 +107,7 @@ static char *json_record(const mvm_bench_row *r, int one_line)
 
 static void write_text(FILE *f, const mvm_bench_row *r)
 {
-    char budget[32] = "home", hit[16] = "-", wait[16] = "-", test[16];
+    char budget[32] = "home", hit[16] = "-", wait[16] = "-", test[40];
     if (r->budget_gib >= 0)
         snprintf(budget, sizeof budget, "%.2f", r->budget_gib);
     if (r->hit_rate >= 0)

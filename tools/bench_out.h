@@ -23,6 +23,7 @@ typedef struct mvm_bench_row {
     const char *routing;      /* "own", or "replay" (--routing) */
     int gen;                  /* 0: ppN, N prompt tokens at once; 1: tgN, one at a time */
     uint32_t n_tokens, reps;
+    uint32_t n_depth;         /* tokens in the KV cache before the test (-d) */
     const double *samples_ts; /* [reps] each timed repetition's tokens/s */
     double avg_ts, stddev_ts;
     double hit_rate;          /* of the expert accesses, 0..1; < 0 without a budget */

@@ -18,6 +18,10 @@
  * repetitions (wrapping at its end), so the timed repetitions do not repeat the warm-up's
  * tokens.
  *
+ * -d (llama-bench's --n-depth) runs each test after a prompt of that many tokens, evaluated
+ * untimed into the fresh cache of each repetition (the warm-up's too): tgN @ dD is decode
+ * reading a KV cache D tokens deep, what a long conversation's replies cost.
+ *
  * -o chooses how the rows come out (tools/bench_out.h): the markdown table, CSV, JSON.
  */
 #include <inttypes.h>
@@ -43,6 +47,7 @@ struct bench_args {
     const char *model, *evict, *evict_args, *kv_type, *routing;
     /* -p's and -n's lists: a ppN test for each nonzero N, then a tgN test for each */
     uint32_t n_prompt[BENCH_MAX_AXIS], n_prompts, n_gen[BENCH_MAX_AXIS], n_gens;
+    uint32_t n_depth[BENCH_MAX_AXIS], n_depths; /* -d: each test once at each depth */
     uint32_t reps, batch;
     uint32_t threads[BENCH_MAX_AXIS], n_threads;
     char *budgets[BENCH_MAX_AXIS]; /* NULL: MOEVM_GPU_BUDGET */
@@ -54,7 +59,7 @@ struct bench_args {
 
 static void usage(FILE *f)
 {
-    fputs("usage: moevm bench -m MODEL.gguf [-p N[,...]] [-n N[,...]] [-r REPS]\n"
+    fputs("usage: moevm bench -m MODEL.gguf [-p N[,...]] [-n N[,...]] [-d N[,...]] [-r REPS]\n"
           "                   [-t THREADS[,...]]\n"
           "                   [--gpu-budget SIZE|PCT[,...] | --n-cpu-moe N[,...]]\n"
           "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32]\n"
@@ -64,6 +69,9 @@ static void usage(FILE *f)
           "                the list (default 512; 0: none)\n"
           "  -n, --n-gen   tokens generated one at a time: the tgN test, one for each N of the\n"
           "                list (default 128; 0: none)\n"
+          "  -d, --n-depth  tokens in the KV cache before each test (llama-bench's: a prompt\n"
+          "                of random tokens evaluated untimed first), one row for each N of\n"
+          "                the list (default 0): tgN @ dD is decode after D tokens of context\n"
           "  -r, --repetitions  timed repetitions of each test, after one warm-up (default 5)\n"
           "  -t, --threads thread counts to try (default: the cores near the GPU, or all)\n"
           "  --gpu-budget  device budgets to try, each a size, a percentage of the experts\n"
@@ -127,13 +135,14 @@ static int parse_u32_list(const char *flag, char *v, uint32_t lo, uint32_t hi, u
 
 enum {
     O_MODEL = 1, O_PROMPT, O_GEN, O_REPS, O_THREADS, O_BUDGET, O_CPU_MOE, O_NGL, O_EVICT,
-    O_BATCH, O_KV_TYPE, O_ROUTING, O_OUTPUT
+    O_BATCH, O_KV_TYPE, O_ROUTING, O_OUTPUT, O_DEPTH
 };
 
 /* The options, llama-bench's spellings among them where they mean the same. */
 static const mvm_cli_opt bench_opts[] = {
     {"model", 'm', 1, O_MODEL},       {"n-prompt", 'p', 1, O_PROMPT},
-    {"n-gen", 'n', 1, O_GEN},         {"repetitions", 'r', 1, O_REPS},
+    {"n-gen", 'n', 1, O_GEN},         {"n-depth", 'd', 1, O_DEPTH},
+    {"repetitions", 'r', 1, O_REPS},
     {"threads", 't', 1, O_THREADS},   {"gpu-budget", 0, 1, O_BUDGET},
     MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE), {"evict", 0, 1, O_EVICT},
     {"batch", 'b', 1, O_BATCH},       {"batch-size", 0, 1, O_BATCH},
@@ -149,6 +158,7 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
     case O_NGL: mvm_cli_gpu_layers("bench", f); return 0;
     case O_PROMPT: return parse_u32_list(f, v, 0, 1u << 16, a->n_prompt, &a->n_prompts);
     case O_GEN: return parse_u32_list(f, v, 0, 1u << 16, a->n_gen, &a->n_gens);
+    case O_DEPTH: return parse_u32_list(f, v, 0, 1u << 20, a->n_depth, &a->n_depths);
     case O_REPS: return mvm_cli_u32("bench", f, v, 1, BENCH_MAX_REPS, &a->reps);
     case O_THREADS: return parse_u32_list(f, v, 1, 1024, a->threads, &a->n_threads);
     case O_BUDGET: return split_list(f, v, a->budgets, &a->n_budgets);
@@ -176,7 +186,7 @@ static uint32_t most(const uint32_t *v, uint32_t n)
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
     *a = (struct bench_args){.n_prompt = {512}, .n_prompts = 1, .n_gen = {128}, .n_gens = 1,
-                             .reps = 5, .batch = MVM_DEFAULT_BATCH, .n_threads = 1,
+                             .n_depths = 1, .reps = 5, .batch = MVM_DEFAULT_BATCH, .n_threads = 1,
                              .n_budgets = 1};
     mvm_cli_iter it = {.cmd = "bench", .usage = usage, .opts = bench_opts, .argc = argc,
                        .argv = argv};
@@ -249,7 +259,7 @@ struct bench_run {
     mvm_pool *pool;
     const mvm_machine *machine;
     uint64_t rng;
-    int32_t *tokens; /* ids for the longest prompt (at least 1) */
+    int32_t *tokens; /* ids for the longest prompt or depth (at least 1) */
     float *logits;   /* n_vocab: each evaluation's last token's, as llama-bench computes them */
     int progress;    /* stderr is a terminal */
     mvm_bench_out *out;
@@ -268,19 +278,25 @@ struct rep_result {
     double waited;       /* seconds the steps waited for their copies */
 };
 
-/* One repetition of a test on ctx: n tokens at once (gen 0) or one at a time (gen 1), from
- * an empty KV cache. */
+/* One repetition of a test on ctx: n tokens at once (gen 0) or one at a time (gen 1), after
+ * `depth` tokens evaluated untimed into an empty KV cache. */
 static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, uint32_t n,
-                           struct rep_result *out)
+                           uint32_t depth, struct rep_result *out)
 {
     mvm_ctx_reset(ctx);
+    mvm_status st = MVM_OK;
+    if (depth) {
+        for (uint32_t i = 0; i < depth; i++)
+            r->tokens[i] = random_token(r);
+        if ((st = mvm_ctx_eval(ctx, r->tokens, depth, NULL, 0)) != MVM_OK)
+            return st;
+    }
     for (uint32_t i = 0; i < (gen ? 1 : n); i++)
         r->tokens[i] = random_token(r);
     mvm_stats before, after;
     mvm_resid_stats rs0, rs1;
     mvm_space_get_stats(r->model->space, &before);
     mvm_resid_get_stats(mvm_ctx_residency(ctx), &rs0);
-    mvm_status st = MVM_OK;
     double t0 = mvm_now_s();
     if (!gen)
         st = mvm_ctx_eval(ctx, r->tokens, n, r->logits, 0);
@@ -296,16 +312,17 @@ static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, uint32_t 
     out->moved = after.bytes_moved - before.bytes_moved;
     out->waited = rs1.wait_s - rs0.wait_s;
     if (r->replay)
-        r->replay->base += n;
+        r->replay->base += depth + n;
     return st;
 }
 
-/* The warm-up and the repetitions of test `gen` (see run_test), and its row: `row` holds
+/* The warm-up and the repetitions of test `gen` at `depth` (see run_test), and its row: `row` holds
  * the configuration's columns. One context serves them all, as llama-bench's does: its
  * buffers are touched by the warm-up, not by a timed run (a fresh context's first prompt of
  * 512 spent about a quarter of its time in page faults: docs/perf/cpu.md), and its
  * residency policy goes on learning from one repetition to the next, as a server's would. */
-static int bench_test(struct bench_run *r, int gen, uint32_t n, mvm_bench_row row)
+static int bench_test(struct bench_run *r, int gen, uint32_t n, uint32_t depth,
+                      mvm_bench_row row)
 {
     const struct bench_args *a = r->a;
     double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS], seconds = 0, waited = 0;
@@ -318,17 +335,18 @@ static int bench_test(struct bench_run *r, int gen, uint32_t n, mvm_bench_row ro
         pol.route_override_ctx = r->replay;
     }
     mvm_ctx *ctx;
-    if (mvm_ctx_create(r->model, r->pool, n, a->batch, &pol, &ctx) != MVM_OK)
+    if (mvm_ctx_create(r->model, r->pool, depth + n, a->batch, &pol, &ctx) != MVM_OK)
         return mvm_cli_error("bench", "creating the context");
     for (uint32_t rep = 0; rep <= a->reps; rep++) {
         struct rep_result res;
-        if (run_test(r, ctx, gen, n, &res) != MVM_OK) {
+        if (run_test(r, ctx, gen, n, depth, &res) != MVM_OK) {
             mvm_ctx_free(ctx);
             return mvm_cli_error("bench", gen ? "generation" : "prompt");
         }
         if (r->progress) /* on a terminal only: a log would fill with the redraws */
-            fprintf(stderr, "\r%s%u: %s %u of %u", gen ? "tg" : "pp", n,
-                    rep ? "repetition" : "warm-up", rep ? rep : 1, rep ? a->reps : 1);
+            fprintf(stderr, "\r%s%u%s: %s %u of %u", gen ? "tg" : "pp", n,
+                    depth ? " (after the depth)" : "", rep ? "repetition" : "warm-up",
+                    rep ? rep : 1, rep ? a->reps : 1);
         if (rep == 0)
             continue;
         double tps = res.seconds > 0 ? n / res.seconds : 0;
@@ -348,6 +366,7 @@ static int bench_test(struct bench_run *r, int gen, uint32_t n, mvm_bench_row ro
     double var = a->reps > 1 ? (sum2 - sum * mean) / (a->reps - 1) : 0;
     row.gen = gen;
     row.n_tokens = n;
+    row.n_depth = depth;
     row.reps = a->reps;
     row.samples_ts = samples;
     row.avg_ts = mean;
@@ -377,9 +396,10 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
     }
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
-    /* the longest test's positions */
+    /* the longest test's positions, after the deepest cache */
     const uint32_t pp = most(a->n_prompt, a->n_prompts), tg = most(a->n_gen, a->n_gens);
-    const mvm_ctx_shape ctx = {pp > tg ? pp : tg, a->batch, a->kv_type};
+    const mvm_ctx_shape ctx = {(pp > tg ? pp : tg) + most(a->n_depth, a->n_depths), a->batch,
+                               a->kv_type};
     mvm_space *space;
     mvm_status st = mvm_plan_space(m, &ctx, &desc, &space);
     if (st == MVM_OK)
@@ -406,8 +426,9 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         mvm_model_free(r.model);
         return rc;
     }
-    const uint32_t pp = most(a->n_prompt, a->n_prompts);
-    r.tokens = malloc((pp ? pp : 1) * sizeof *r.tokens);
+    const uint32_t pp = most(a->n_prompt, a->n_prompts), depth = most(a->n_depth, a->n_depths);
+    const uint32_t n_ids = pp > depth ? pp : depth;
+    r.tokens = malloc((n_ids ? n_ids : 1) * sizeof *r.tokens);
     r.logits = malloc(r.model->hp.n_vocab * sizeof *r.logits);
     if (!r.tokens || !r.logits) {
         free(r.tokens), free(r.logits);
@@ -426,12 +447,13 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         .budget_gib = r.model->experts_at_home
             ? -1 : (double)info.device_bytes / 1073741824.0,
         .routing = replay ? "replay" : "own"};
+    /* llama-bench's order: each test at every depth in turn */
     for (uint32_t i = 0; !rc && i < a->n_prompts; i++)
-        if (a->n_prompt[i])
-            rc = bench_test(&r, 0, a->n_prompt[i], row);
+        for (uint32_t d = 0; !rc && a->n_prompt[i] && d < a->n_depths; d++)
+            rc = bench_test(&r, 0, a->n_prompt[i], a->n_depth[d], row);
     for (uint32_t i = 0; !rc && i < a->n_gens; i++)
-        if (a->n_gen[i])
-            rc = bench_test(&r, 1, a->n_gen[i], row);
+        for (uint32_t d = 0; !rc && a->n_gen[i] && d < a->n_depths; d++)
+            rc = bench_test(&r, 1, a->n_gen[i], a->n_depth[d], row);
     free(r.tokens), free(r.logits);
     mvm_model_free(r.model);
     return rc;
