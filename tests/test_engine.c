@@ -596,6 +596,57 @@ static void test_forward_properties(void)
     }
 }
 
+/* Decode at length (forward_cpu.c, split_parts): with 2 threads, a token after 600
+ * positions has its positions cut in two parts, one a thread, merged by their
+ * log-normalisers; with 1 thread, one part. The three tokens' logits agree to rounding (the
+ * parts add their terms in another order; a wrong merge weight is an error of order 1), and
+ * both agree with the same tokens read as part of a prompt (every position in one pass). */
+static void test_decode_split(void)
+{
+    enum { N = 600, T = 3 };
+    for (size_t a = 0; a < N_ARCHES; a++) {
+        const char *path = tiny_path(arches[a], MVM_W_F32);
+        float *logits[3] = {NULL, NULL, NULL}; /* 1 thread, 2 threads, as a prompt */
+        int32_t toks[N + T];
+        uint32_t V = 0;
+        for (int run = 0; run < 3; run++) {
+            mvm_pool *own;
+            mvm_model *m = NULL;
+            mvm_ctx *c = NULL;
+            CHECK_ST(mvm_pool_create(run ? 2 : 1, NULL, &own), MVM_OK);
+            CHECK_ST(load(path, NULL, own, &m), MVM_OK);
+            if (m && mvm_ctx_create(m, own, N + T, 256, NULL, &c) == MVM_OK) {
+                V = m->hp.n_vocab;
+                for (uint32_t i = 0; i < N + T; i++)
+                    toks[i] = (int32_t)((i * 7919u + 13u) % V);
+                float *l = logits[run] = malloc((size_t)T * V * sizeof *l);
+                for (size_t i = 0; i < (size_t)T * V; i++)
+                    l[i] = NAN; /* poisoned */
+                if (run < 2) {
+                    CHECK_ST(mvm_ctx_eval(c, toks, N, NULL, 0), MVM_OK);
+                    for (uint32_t t = 0; t < T; t++)
+                        CHECK_ST(mvm_ctx_eval(c, &toks[N + t], 1, l + (size_t)t * V, 0), MVM_OK);
+                } else {
+                    float *all = malloc((size_t)(N + T) * V * sizeof *all);
+                    CHECK_ST(mvm_ctx_eval(c, toks, N + T, all, 1), MVM_OK);
+                    memcpy(l, all + (size_t)N * V, (size_t)T * V * sizeof *l);
+                    free(all);
+                }
+            }
+            mvm_ctx_free(c);
+            mvm_model_free(m);
+            mvm_pool_destroy(own);
+        }
+        if (logits[0] && logits[1] && logits[2]) {
+            const size_t n = (size_t)T * V;
+            CHECK(check_rel_l2(logits[0], logits[0], n) == 0); /* finite */
+            CHECK(check_rel_l2(logits[1], logits[0], n) < 1e-4);
+            CHECK(check_rel_l2(logits[2], logits[0], n) < 1e-4);
+        }
+        free(logits[0]), free(logits[1]), free(logits[2]);
+    }
+}
+
 /* The KV cache's layout (kv_cache.h): gpt-oss's tiny preset (3 blocks, windows of 5 on
  * blocks 0 and 2) keeps rings of 5 + n_batch rows where twice that is under n_ctx; a batch
  * wraps a ring at most once and lands in it twice; blocks without a window, and MLA's latent
@@ -1265,6 +1316,7 @@ int main(void)
     RUN(test_route_override);
     RUN(test_trace_hidden);
     RUN(test_forward_properties);
+    RUN(test_decode_split);
     RUN(test_kv_layout);
     RUN(test_split_model);
     RUN(test_probe_deepseek);

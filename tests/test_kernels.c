@@ -1756,8 +1756,8 @@ static void test_attn_block(void)
     for (int shared = 0; shared < 2; shared++) {
         const size_t nt = shared ? NT : 1;
         fill(out, NT * NQ * HD, 1e3f); /* poisoned: every element must be written */
-        mvm_k_attn_block(q, NQ * HD, nt, NQ, n_pos, MVM_W_F16, kc, vc, STRIDE, HD, 0.2f, sinks,
-                         scratch, out);
+        mvm_k_attn_block(q, NQ * HD, nt, NQ, 1, n_pos, MVM_W_F16, kc, vc, STRIDE, HD, 0.2f,
+                         sinks, scratch, out, NULL);
         int differs = 0;
         for (size_t i = 0; i < nt; i++) {
             /* the rows past this token's last position poisoned for its own call */
@@ -1771,6 +1771,73 @@ static void test_attn_block(void)
             differs += memcmp(one, out + i * NQ * HD, sizeof one) != 0;
         }
         CHECK(differs == 0);
+    }
+}
+
+/* KV heads side by side (mvm_k_attn_block's n_kv): 3 KV heads of a row, 1 or 2 queries each,
+ * 1 token or 4, F32 and F16, with sinks, heads of 24 (one stream a row) and of 400 (3 x 400
+ * wider than MVM_K_ATTN_ROW_MAX: the SIMD levels take it in parts): each query bit for bit
+ * what mvm_k_attn_heads gives it alone over its KV head's part of the rows, every output
+ * written (poisoned first), the rows past a token's last position never read (NaN there),
+ * and each query's log-normaliser (lse) that of the scores and its sink, against double. */
+static void test_attn_wide(void)
+{
+    enum { NKV = 3, NQ = 2, NT = 4, ROWS = 21 };
+    static const size_t dims[] = {24, 400};
+    static const enum mvm_wtype types[] = {MVM_W_F32, MVM_W_F16};
+    const uint32_t n_pos[NT] = {18, 19, 20, 21};
+    const float sinks[NKV * NQ] = {0.5f, -1.0f, 0.25f, -INFINITY, 1.5f, 0.0f};
+    for (size_t c = 0; c < 2 * 2 * 2 * 2; c++) {
+        const size_t hd = dims[c % 2], nq = 1 + (c / 2) % 2, nt = (c / 4) % 2 ? NT : 1;
+        const enum mvm_wtype kv = types[c / 8];
+        const size_t es = kv == MVM_W_F16 ? 2 : 4, stride = NKV * hd + 5, n = ROWS * stride;
+        const size_t qs = NKV * nq * hd; /* a token's queries */
+        float *x = malloc(n * sizeof *x), *q = malloc(NT * qs * sizeof *q);
+        float *out = malloc(NT * qs * sizeof *out), *one = malloc(hd * sizeof *one);
+        float *scratch = malloc(NT * NKV * NQ * ROWS * sizeof *scratch), lse[NT * NKV * NQ];
+        uint8_t *kc = malloc(n * es), *vc = malloc(n * es), *kp = malloc(n * es),
+                *vp = malloc(n * es);
+        fill(x, n, 1.0f);
+        mvm_k_quantize(kv, x, kc, n);
+        fill(x, n, 1.0f);
+        mvm_k_quantize(kv, x, vc, n);
+        fill(q, NT * qs, 1.0f);
+        fill(out, NT * qs, 1e3f); /* poisoned: every element must be written */
+        mvm_k_attn_block(q, qs, nt, nq, NKV, n_pos, kv, kc, vc, stride, hd, 0.3f, sinks,
+                         scratch, out, lse);
+        int differs = 0;
+        for (size_t i = 0; i < nt; i++) {
+            /* this token's call: the rows past its last position NaN */
+            memcpy(kp, kc, n * es);
+            memcpy(vp, vc, n * es);
+            for (size_t e = n_pos[i] * stride; e < n; e++) {
+                if (kv == MVM_W_F16) {
+                    ((uint16_t *)kp)[e] = ((uint16_t *)vp)[e] = 0x7E00;
+                } else {
+                    ((float *)kp)[e] = ((float *)vp)[e] = NAN;
+                }
+            }
+            for (size_t h = 0; h < NKV * nq; h++) {
+                const size_t g = h / nq;
+                mvm_k_attn_heads(q + i * qs + h * hd, 1, kv, kp + g * hd * es, vp + g * hd * es,
+                                 stride, n_pos[i], hd, 0.3f, sinks + h, scratch, one);
+                differs += memcmp(one, out + i * qs + h * hd, hd * sizeof *one) != 0;
+                /* the log-normaliser, in double from the stored keys */
+                double sum = exp(sinks[h]);
+                for (size_t p = 0; p < n_pos[i]; p++) {
+                    double dot = 0;
+                    for (size_t d = 0; d < hd; d++)
+                        dot += (double)q[i * qs + h * hd + d] *
+                               (kv == MVM_W_F16 ? mvm_fp16_to_fp32(((uint16_t *)kc)[p * stride + g * hd + d])
+                                                : ((float *)kc)[p * stride + g * hd + d]);
+                    sum += exp(0.3 * dot);
+                }
+                differs += fabs(lse[i * NKV * nq + h] - log(sum)) > 1e-5 * (1 + fabs(log(sum)));
+            }
+        }
+        CHECK(differs == 0);
+        free(x), free(q), free(out), free(one), free(scratch), free(kc), free(vc), free(kp),
+            free(vp);
     }
 }
 
@@ -1983,6 +2050,7 @@ int main(void)
         RUN(test_expert_tiles);
         RUN(test_attn_heads);
         RUN(test_attn_block);
+        RUN(test_attn_wide);
         RUN(test_attn_softmax);
         RUN(test_act_quantizers);
     }

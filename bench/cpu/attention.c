@@ -2,7 +2,9 @@
  * bench_cpu_attention: one decode step's attention over an F32 and an F16 KV cache
  * (engine/forward/kv_cache.h), one thread, at each SIMD level. A step of one block is every query
  * head attending over the positions so far, keys and values read from rows of kv_dim
- * elements as the engine lays them out: OLMoE's 16 heads of 128 without grouping, and
+ * elements as the engine lays them out: OLMoE's 16 heads of 128 without grouping, a head
+ * at a time and 8 side by side (mvm_k_attn_block's n_kv: each row's 8 heads read in one
+ * stream, as the engine's decode does when the threads have enough units), and
  * Qwen3-30B-A3B's 32 query heads over 4 KV heads of 128, computed one head at a time and in
  * groups of 8 (mvm_k_attn_heads: each row read once for the group, as the engine does when
  * the threads have enough groups); and a prompt's 32 tokens of OLMoE's shape at the end of
@@ -27,7 +29,8 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 struct shape {
     const char *name;
-    size_t n_head, n_head_kv, head_dim, n_q; /* n_q: heads per call */
+    size_t n_head, n_head_kv, head_dim, n_q; /* n_q: query heads per KV head in a call */
+    size_t n_kv;                              /* KV heads per call, side by side */
     size_t n_tok;                             /* tokens per call: the step's last n_tok */
 };
 
@@ -41,14 +44,14 @@ static double step_s(const struct shape *s, enum mvm_wtype kv, const void *kc, c
     double best = INFINITY, spent = 0;
     for (int r = 0; r < 3 || spent < 0.2; r++) {
         const double t0 = mvm_bench_thread_s();
-        for (size_t h = 0; h < s->n_head; h += s->n_q) {
+        for (size_t h = 0; h < s->n_head; h += s->n_q * s->n_kv) {
             const size_t off = (h / group) * s->head_dim * es, qd = s->n_head * s->head_dim;
             uint32_t pos[64];
             for (size_t i = 0; i < s->n_tok; i++)
                 pos[i] = (uint32_t)(n_pos - s->n_tok + 1 + i);
-            mvm_k_attn_block(q + h * s->head_dim, qd, s->n_tok, s->n_q, pos, kv,
+            mvm_k_attn_block(q + h * s->head_dim, qd, s->n_tok, s->n_q, s->n_kv, pos, kv,
                              (const uint8_t *)kc + off, (const uint8_t *)vc + off, kv_dim,
-                             s->head_dim, scale, NULL, scratch, out + h * s->head_dim);
+                             s->head_dim, scale, NULL, scratch, out + h * s->head_dim, NULL);
         }
         const double t = mvm_bench_thread_s() - t0;
         best = t < best ? t : best;
@@ -65,10 +68,12 @@ int main(int argc, char **argv)
         return 2;
     }
     static const struct shape shapes[] = {
-        {"16 x 128 (OLMoE)", 16, 16, 128, 1, 1},
-        {"32 / 4 x 128 (Qwen3-30B-A3B), a head at a time", 32, 4, 128, 1, 1},
-        {"32 / 4 x 128 (Qwen3-30B-A3B), groups of 8", 32, 4, 128, 8, 1},
-        {"16 x 128 (OLMoE), a prompt's 32 tokens", 16, 16, 128, 1, 32}};
+        {"16 x 128 (OLMoE)", 16, 16, 128, 1, 1, 1},
+        {"16 x 128 (OLMoE), every head at once", 16, 16, 128, 1, 16, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), a head at a time", 32, 4, 128, 1, 1, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), groups of 8", 32, 4, 128, 8, 1, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), every group at once", 32, 4, 128, 8, 4, 1},
+        {"16 x 128 (OLMoE), a prompt's 32 tokens", 16, 16, 128, 1, 1, 32}};
     printf("| level | heads (query / KV x dim) | positions | KV cache MiB f32 | f32 us | "
            "f16 us | f16 / f32 | f16 GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
     /* every level but those whose float kernels are the level below's */
@@ -81,7 +86,8 @@ int main(int argc, char **argv)
             const size_t kv_dim = s->n_head_kv * s->head_dim, n = max_pos * kv_dim;
             const size_t nq = s->n_tok * s->n_head * s->head_dim;
             float *x = malloc(n * sizeof *x), *q = malloc(nq * 4);
-            float *scratch = malloc(s->n_tok * s->n_q * max_pos * 4), *out = malloc(nq * 4);
+            float *scratch = malloc(s->n_tok * s->n_q * s->n_kv * max_pos * 4);
+            float *out = malloc(nq * 4);
             void *k32 = aligned_alloc(64, n * 4), *v32 = aligned_alloc(64, n * 4);
             void *k16 = aligned_alloc(64, n * 2), *v16 = aligned_alloc(64, n * 2);
             if (!x || !q || !scratch || !out || !k32 || !v32 || !k16 || !v16) {

@@ -32,6 +32,11 @@
 #define MVM_ATTN_QUERIES 32
 #define MVM_ATTN_QUERIES_MIN 8
 #define MVM_ATTN_SCRATCH ((size_t)1 << 20)
+/* Decode at length (split_parts): a part's fewest positions, the most tokens a batch may
+ * have, the most parts a token (a thread each). */
+#define MVM_ATTN_PART_ROWS 128
+#define MVM_ATTN_PART_TOKENS 8
+#define MVM_ATTN_PARTS_MAX 64
 
 struct cpu_fwd {
     mvm_model *m;
@@ -53,6 +58,7 @@ struct cpu_fwd {
     float *scratch;             /* [nth][attn_q x n_ctx] attention scores */
     float *spec_x, *spec_xn;    /* [n_batch][n_embd]: SMoE's speculative pass (speculate) */
     uint32_t *run_start;        /* [n_batch + 1]: the attention's runs of tokens (token_runs) */
+    float *part_out, *part_lse; /* [PART_TOKENS][parts][q_dim], [..][n_head]: split_run's */
     mvm_cpu_experts *experts;          /* the routed experts' threads */
 };
 
@@ -109,6 +115,11 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
               : fit > MVM_ATTN_QUERIES_MIN ? (uint32_t)fit : MVM_ATTN_QUERIES_MIN;
     c->scratch = mvm_buf64((size_t)c->nth * c->attn_q * c->n_ctx * 4, &ok);
     c->run_start = mvm_buf64((B + 1) * sizeof *c->run_start, &ok);
+    const size_t parts = (size_t)(c->nth < MVM_ATTN_PARTS_MAX ? c->nth : MVM_ATTN_PARTS_MAX);
+    if (!hp->kv_lora && parts > 1) {
+        c->part_out = mvm_buf64(MVM_ATTN_PART_TOKENS * parts * c->q_dim * 4, &ok);
+        c->part_lse = mvm_buf64(MVM_ATTN_PART_TOKENS * parts * hp->n_head * 4, &ok);
+    }
     uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     if (ffn) {
         c->sh1 = mvm_buf64(B * ffn * 4, &ok);
@@ -130,7 +141,7 @@ static void cpu_destroy(void *state)
     struct cpu_fwd *c = state;
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
                     c->act, c->scratch, c->sh1, c->sh3, c->shg, c->qa, c->qlat, c->olat,
-                    c->hact, c->spec_x, c->spec_xn, c->run_start};
+                    c->hact, c->spec_x, c->spec_xn, c->run_start, c->part_out, c->part_lse};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     mvm_cpu_experts_free(c->experts);
@@ -245,6 +256,7 @@ struct attn_job {
     const mvm_fwd_batch *b;
     uint32_t n_q;          /* heads per unit (heads_per_unit) */
     uint32_t n_runs;       /* runs of tokens that attend together (token_runs) */
+    uint32_t parts;        /* decode at length: each token's positions in parts (split_parts) */
 };
 
 /* The batch's tokens in runs that attend together (mvm_k_attn_block), into c->run_start:
@@ -289,11 +301,100 @@ static void attn_run(void *p, int t, int nth)
         size_t kvo = (mvm_kv_row(kb, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
                      * c->kv->elt;
         const size_t qo = (size_t)i0 * c->q_dim + (size_t)h * hp->head_dim;
-        mvm_k_attn_block(c->q + qo, c->q_dim, nt, j->n_q, n_pos, c->kv->type, c->kc + kvo,
+        mvm_k_attn_block(c->q + qo, c->q_dim, nt, j->n_q, 1, n_pos, c->kv->type, c->kc + kvo,
                          c->vc + kvo, c->kv_dim, hp->head_dim, hp->kq_scale,
                          j->L->sinks ? j->L->sinks + h : NULL,
-                         c->scratch + (size_t)t * c->attn_q * c->n_ctx, c->att + qo);
+                         c->scratch + (size_t)t * c->attn_q * c->n_ctx, c->att + qo, NULL);
     }
+}
+
+/* ---- decode at length: each token's positions in parts ----------------------------------
+ * A unit of heads reads its part of every row, and rows lie kv_dim elements apart: OLMoE's
+ * 16 heads read 256 bytes of each 4 KiB row a unit, 16 passes over the cache, at a
+ * quarter of the memory's speed (docs/perf/cpu.md). A decode token instead has its
+ * positions cut into parts, one unit each with every head (flash-decoding): a unit reads
+ * whole rows in order, and the parts' outputs are merged by their log-normalisers
+ * (mvm_k_attn_block's lse). The merge's order is fixed by the part count, which follows the
+ * thread count, so a run stays reproducible for a given thread count. */
+
+/* Parts per token for a batch whose runs are one token each (decode's; a prompt's tokens
+ * share each row among themselves instead): up to one a thread, each of at least
+ * MVM_ATTN_PART_ROWS positions. One part (every head of a token in one unit, written in
+ * place) where the tokens give every thread one (a single thread's decode). 0, the units of
+ * heads instead, for a windowed layer, a batch of more than MVM_ATTN_PART_TOKENS tokens,
+ * heads whose scores would not fit a thread's scratch, or a short context on fewer tokens
+ * than threads. */
+static uint32_t split_parts(const struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b,
+                            uint32_t n_runs)
+{
+    uint32_t most = 0;
+    for (uint32_t i = 0; i < b->n; i++)
+        most = b->pos[i] + 1 > most ? b->pos[i] + 1 : most;
+    uint32_t parts = most / MVM_ATTN_PART_ROWS;
+    parts = parts < (uint32_t)c->nth ? parts : (uint32_t)c->nth;
+    parts = parts < MVM_ATTN_PARTS_MAX ? parts : MVM_ATTN_PARTS_MAX;
+    if (L->swa || n_runs != b->n || b->n > MVM_ATTN_PART_TOKENS || c->m->hp.n_head > c->attn_q)
+        return 0;
+    if (parts >= 2 && c->part_out)
+        return parts;
+    return b->n >= (uint32_t)c->nth ? 1 : 0;
+}
+
+static void split_run(void *p, int t, int nth)
+{
+    const struct attn_job *j = p;
+    struct cpu_fwd *c = j->c;
+    const mvm_hparams *hp = &c->m->hp;
+    for (size_t u = (size_t)t; u < (size_t)j->b->n * j->parts; u += (size_t)nth) {
+        const uint32_t i = (uint32_t)(u / j->parts), part = (uint32_t)(u % j->parts);
+        const uint32_t n_pos = j->b->pos[i] + 1;
+        const uint32_t each = ((n_pos + j->parts - 1) / j->parts + 15) & ~15u;
+        const uint32_t r0 = part * each;
+        uint32_t len = n_pos <= r0 ? 0 : n_pos - r0 < each ? n_pos - r0 : each;
+        float *lse = c->part_lse ? c->part_lse + u * hp->n_head : NULL;
+        if (!len) { /* a short token among long ones: an empty part (never the only one) */
+            for (uint32_t h = 0; h < hp->n_head; h++)
+                lse[h] = -INFINITY;
+            continue;
+        }
+        const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, j->b->seq[i], j->blk);
+        const size_t kvo = mvm_kv_row(kb, r0) * c->kv_dim * c->kv->elt;
+        const int whole = j->parts == 1; /* the token's output itself, its sinks included */
+        mvm_k_attn_block(c->q + (size_t)i * c->q_dim, c->q_dim, 1, hp->n_head / hp->n_head_kv,
+                         hp->n_head_kv, &len, c->kv->type, c->kc + kvo, c->vc + kvo, c->kv_dim,
+                         hp->head_dim, hp->kq_scale, whole ? j->L->sinks : NULL,
+                         c->scratch + (size_t)t * c->attn_q * c->n_ctx,
+                         whole ? c->att + (size_t)i * c->q_dim : c->part_out + u * c->q_dim,
+                         whole ? NULL : lse);
+    }
+}
+
+/* Each token's head outputs from its parts': weights e^(lse_part − lse), the sink (gpt-oss)
+ * in the denominator. */
+static void split_merge(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b,
+                        uint32_t parts)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    const uint32_t hd = hp->head_dim;
+    for (uint32_t i = 0; i < b->n; i++)
+        for (uint32_t h = 0; h < hp->n_head; h++) {
+            const float *lse = c->part_lse + (size_t)i * parts * hp->n_head + h;
+            double max = L->sinks ? L->sinks[h] : -INFINITY, sum, w[MVM_ATTN_PARTS_MAX];
+            for (uint32_t s = 0; s < parts; s++)
+                max = lse[s * hp->n_head] > max ? lse[s * hp->n_head] : max;
+            sum = L->sinks ? exp(L->sinks[h] - max) : 0;
+            for (uint32_t s = 0; s < parts; s++)
+                sum += w[s] = exp(lse[s * hp->n_head] - max);
+            float *out = c->att + (size_t)i * c->q_dim + (size_t)h * hd;
+            for (uint32_t d = 0; d < hd; d++) {
+                double acc = 0;
+                for (uint32_t s = 0; s < parts; s++)
+                    if (w[s] > 0)
+                        acc += w[s] * c->part_out[((size_t)i * parts + s) * c->q_dim +
+                                                  (size_t)h * hd + d];
+                out[d] = (float)(acc / sum);
+            }
+        }
 }
 
 /* ---- multi-head latent attention (deepseek2) ---------------------------------------------
@@ -416,7 +517,13 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk,
                              heads_per_unit(c, hp->n_head / hp->n_head_kv,
                                             (size_t)n * hp->n_head_kv)};
         j.n_runs = token_runs(c, L, b, j.n_q);
-        mvm_pool_run(c->pool, attn_run, &j);
+        if ((j.parts = split_parts(c, L, b, j.n_runs))) {
+            mvm_pool_run(c->pool, split_run, &j);
+            if (j.parts > 1)
+                split_merge(c, L, b, j.parts);
+        } else {
+            mvm_pool_run(c->pool, attn_run, &j);
+        }
     }
     matmul(c, &L->wo, c->att, n, c->tmp);
     for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)

@@ -10,9 +10,10 @@
  *     separate reductions), so the 16 scores come out as one vector;
  *   - weighted values: each query's output accumulated 128 elements at a time in registers
  *     over the tile's rows in order;
- *   - a call of several queries (a prompt's tokens, a group of heads) converts each tile of
- *     the F16 cache to F32 once for them all; one query (decode without grouped heads)
- *     reads the cache as it is, and the tiles AHEAD are prefetched either way;
+ *   - a call of several queries of one KV head (a prompt's tokens, a group of heads)
+ *     converts each tile of the F16 cache to F32 once for them all; one query a KV head
+ *     (decode without grouped heads) reads the cache as it is, and the tiles AHEAD are
+ *     prefetched either way, the n_kv heads' parts of each row together;
  *   - the softmax 16 at a time, with its own e^x (exp16).
  * Each query's arithmetic is the same whatever the other queries of the call are (the
  * conversion is exact, the sums' orders fixed), so the block gives each query bit for bit
@@ -31,9 +32,9 @@
 
 /* Positions a tile (a vector's lanes). */
 #define TILE 16
-/* The largest head handled here (the tiles are on the stack: 16 x 1024 floats, 64 KiB);
- * larger ones go to ops.c's. DeepSeek's latent heads are 576. */
-#define HEAD_MAX 1024
+/* The widest rows handled here, n_kv heads (the tiles are on the stack: 16 x 1024 floats,
+ * 64 KiB); wider ones go to ops.c's. DeepSeek's latent heads are 576. */
+#define HEAD_MAX MVM_K_ATTN_ROW_MAX
 
 static inline __mmask16 first(size_t n)
 {
@@ -54,16 +55,18 @@ AVX512_INLINE void prefetch_tile(const uint8_t *p, size_t stride, size_t bytes)
             _mm_prefetch((const char *)p + r * stride + o, _MM_HINT_T0);
 }
 
-/* dst[r * hp + d] = element d of row r as F32 (r < nr), d < hp (hd rounded up to 16; 0
- * past hd): a tile of the cache converted once for all the call's queries. */
+/* dst[(r * n_kv + g) * hp + d] = element d of KV head g of row r as F32 (r < nr, g < n_kv),
+ * d < hp (hd rounded up to 16; 0 past hd): a tile of the cache converted once for all the
+ * call's queries. */
 AVX512_INLINE void rows_tile(enum mvm_wtype t, const uint8_t *src, size_t stride, size_t nr,
-                             size_t hd, size_t hp, float *dst)
+                             size_t n_kv, size_t hd, size_t hp, float *dst)
 {
     const size_t es = t == MVM_W_F32 ? 4 : 2;
     for (size_t r = 0; r < nr; r++)
-        for (size_t d0 = 0; d0 < hp; d0 += 16)
-            _mm512_store_ps(dst + r * hp + d0,
-                            load16(t, src + r * stride + d0 * es, first(hd - d0)));
+        for (size_t g = 0; g < n_kv; g++)
+            for (size_t d0 = 0; d0 < hp; d0 += 16)
+                _mm512_store_ps(dst + (r * n_kv + g) * hp + d0,
+                                load16(t, src + r * stride + (g * hd + d0) * es, first(hd - d0)));
 }
 
 /* Lane r of the result: the sum of acc[r]'s 16 lanes, in a fixed tree (pairs of lanes, then
@@ -162,7 +165,7 @@ AVX512_INLINE __m512 exp16(__m512 x)
 
 /* ops.c's mvm_k_softmax_sink 16 at a time: the terms summed in double as there, in 16
  * partial sums. */
-AVX512_INLINE void softmax16(float *x, size_t n, float sink)
+AVX512_INLINE float softmax16(float *x, size_t n, float sink)
 {
     __m512 mv = _mm512_set1_ps(sink);
     for (size_t i = 0; i < n; i += 16)
@@ -183,37 +186,165 @@ AVX512_INLINE void softmax16(float *x, size_t n, float sink)
     for (size_t i = 0; i < n; i += 16)
         _mm512_mask_storeu_ps(x + i, first(n - i),
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(first(n - i), x + i), inv));
+    return (float)((double)_mm512_cvtss_f32(max) + log(sum)); /* ln of the softmax's sum */
 }
 
-/* The rows p0 .. p0 + nr - 1 of a cache (k or v: base, stride bytes a row) as the call
- * reads them: converted into tile (F32 rows hp floats apart: hd rounded up to 16) when
- * several queries share them, else in place; the tiles AHEAD prefetched either way. */
+/* The rows p0 .. p0 + nr - 1 of a cache (k or v: base, stride bytes a row; n_kv heads of
+ * hd elements) converted into tile (F32 heads hp floats apart: hd rounded up to 16), the
+ * tiles AHEAD prefetched. */
 AVX512_INLINE const uint8_t *rows_at(enum mvm_wtype kv, const void *base, size_t stride,
-                                     size_t p0, size_t nr, size_t hd, size_t hp, int shared,
+                                     size_t p0, size_t nr, size_t n_kv, size_t hd, size_t hp,
                                      float *tile)
 {
     const uint8_t *p = (const uint8_t *)base + p0 * stride;
-    prefetch_tile(p + AHEAD * TILE * stride, stride, hd * (kv == MVM_W_F32 ? 4 : 2));
-    if (!shared)
-        return p;
-    rows_tile(kv, p, stride, nr, hd, hp, tile);
+    prefetch_tile(p + AHEAD * TILE * stride, stride, n_kv * hd * (kv == MVM_W_F32 ? 4 : 2));
+    rows_tile(kv, p, stride, nr, n_kv, hd, hp, tile);
     return (const uint8_t *)tile;
 }
 
-AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_t n_tok,
-                                          size_t n_q, const uint32_t *n_pos, enum mvm_wtype kv,
-                                          const void *k, const void *v, size_t kv_stride,
-                                          size_t head_dim, float scale, const float *sinks,
-                                          float *scratch, float *restrict out)
+/* One query a KV head (decode without grouped heads; the engine's decode at length, a part
+ * of the positions with every head), the cache read in place in row order, each row's n_kv
+ * heads together. Rows 4 KiB apart (OLMoE's 16 heads of 128 in F16) fall in the same sets
+ * of the L1 cache: the tiles' 16 rows at a time (scores16, add_values) missed the L1 on
+ * every row, and with the tiles a long context's decode read its cache at a quarter of the
+ * memory's speed (docs/perf/cpu.md). Here a step takes R rows (R * heads <= reduce16's 16
+ * lanes, R <= SWEEP_ROWS) and the values one row at a time. Each head's arithmetic is
+ * scores16's and add_values' (its lanes over d, reduce16's lane tree, the rows in order),
+ * so a head gives what the tiles give it. */
+#define SWEEP_ROWS 4
+#define SWEEP_AHEAD 8 /* rows prefetched ahead: a few, as each row takes every L1 set */
+
+/* load16 and the float loads and stores, without their masks where the head is whole
+ * vectors (`full`, a constant in each instance of the sweeps, as the type is in the F16
+ * one): the same values, but an unmasked store forwards to the load of the next row's
+ * step, an unmasked F16 load folds into its conversion, and the loops have no branches on
+ * the type (perf put a third of the sweep's samples on them). */
+AVX512_INLINE __m512 ld16(enum mvm_wtype t, const uint8_t *p, __mmask16 m, int full)
 {
-    if ((kv != MVM_W_F32 && kv != MVM_W_F16 && kv != MVM_W_BF16) || head_dim > HEAD_MAX)
-        return 0;
-    const size_t hd = head_dim, hp = (hd + 15) & ~(size_t)15, nq = n_tok * n_q;
-    const size_t es = kv == MVM_W_F32 ? 4 : 2, stride = kv_stride * es;
-    /* one query reads the cache as it is; several, a tile converted once for them all */
-    const int shared = nq > 1;
-    const enum mvm_wtype tt = shared ? MVM_W_F32 : kv;
-    const size_t ts = shared ? hp * sizeof(float) : stride;
+    if (!full)
+        return load16(t, p, m);
+    if (t == MVM_W_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return t == MVM_W_F32 ? _mm512_loadu_ps(p) : load16(t, p, ALL16);
+}
+
+AVX512_INLINE __m512 ldf(const float *p, __mmask16 m, int full)
+{
+    return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+AVX512_INLINE void stf(float *p, __mmask16 m, __m512 x, int full)
+{
+    if (full)
+        _mm512_storeu_ps(p, x);
+    else
+        _mm512_mask_storeu_ps(p, m, x);
+}
+
+/* scratch[g * rows + p] = head g's score of row p; heads 16 at a time (lane a of a step: row
+ * p0 + a / ng of head g0 + a % ng). */
+AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stride,
+                                size_t rows, size_t n_kv, size_t hd, const float *q,
+                                float scale, float *scratch, int full)
+{
+    const size_t es = kv == MVM_W_F32 ? 4 : 2, bytes = n_kv * hd * es;
+    const size_t R = n_kv >= 16 ? 1 : 16 / n_kv < SWEEP_ROWS ? 16 / n_kv : SWEEP_ROWS;
+    const __m512 sv = _mm512_set1_ps(scale);
+    _Alignas(64) int32_t at[2][16]; /* the lanes' places: groups of 16 heads, the last group */
+    for (size_t a = 0; a < 16; a++) {
+        const size_t last = n_kv % 16 ? n_kv % 16 : 16;
+        at[0][a] = (int32_t)((n_kv >= 16 ? a : a % n_kv) * rows + (n_kv >= 16 ? 0 : a / n_kv));
+        at[1][a] = (int32_t)((a % last) * rows + a / last);
+    }
+    for (size_t p0 = 0; p0 < rows; p0 += R) {
+        const size_t nr = rows - p0 < R ? rows - p0 : R;
+        for (size_t r = 0; r < nr; r++)
+            for (size_t o = 0; o < bytes; o += 64)
+                _mm_prefetch((const char *)k + (p0 + r + SWEEP_AHEAD) * stride + o, _MM_HINT_T0);
+        for (size_t g0 = 0; g0 < n_kv; g0 += 16) {
+            const size_t ng = n_kv - g0 < 16 ? n_kv - g0 : 16;
+            const uint8_t *row = k + p0 * stride + g0 * hd * es;
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (size_t a = 0; a < 16; a++)
+                acc[a] = _mm512_setzero_ps();
+            for (size_t d0 = 0; d0 < hd; d0 += 16) {
+                const __mmask16 m = first(hd - d0);
+#pragma GCC unroll 16
+                for (size_t a = 0; a < 16; a++)
+                    if (a < nr * ng)
+                        acc[a] = _mm512_fmadd_ps(
+                            ldf(q + (g0 + a % ng) * hd + d0, m, full),
+                            ld16(kv, row + (a / ng) * stride + ((a % ng) * hd + d0) * es, m, full),
+                            acc[a]);
+            }
+            const __m512i to = _mm512_add_epi32(
+                _mm512_load_si512(at[g0 + 16 > n_kv && n_kv > 16]),
+                _mm512_set1_epi32((int32_t)(g0 * rows + p0)));
+            _mm512_mask_i32scatter_ps(scratch, first(nr * ng), to,
+                                      _mm512_mul_ps(reduce16(acc), sv), 4);
+        }
+    }
+}
+
+/* out[g] += Σ_p w[g * rows + p] · head g of row p, the rows in order, one at a time. */
+AVX512_INLINE void sweep_values(enum mvm_wtype kv, const uint8_t *v, size_t stride,
+                                size_t rows, size_t n_kv, size_t hd, const float *w,
+                                float *out, int full)
+{
+    const size_t es = kv == MVM_W_F32 ? 4 : 2;
+    for (size_t p = 0; p < rows; p++) {
+        const uint8_t *row = v + p * stride;
+        for (size_t o = 0; o < n_kv * hd * es; o += 64)
+            _mm_prefetch((const char *)row + SWEEP_AHEAD * stride + o, _MM_HINT_T0);
+        for (size_t g = 0; g < n_kv; g++) {
+            const __m512 wg = _mm512_set1_ps(w[g * rows + p]);
+            for (size_t d0 = 0; d0 < hd; d0 += 16) {
+                const __mmask16 m = first(hd - d0);
+                float *o = out + g * hd + d0;
+                stf(o, m, _mm512_fmadd_ps(wg, ld16(kv, row + (g * hd + d0) * es, m, full),
+                                          ldf(o, m, full)), full);
+            }
+        }
+    }
+}
+
+/* A token's n_kv queries, one a KV head, over its first `rows` positions. */
+AVX512_TARGET static void attn_sweep(const float *q, size_t n_kv, size_t rows, enum mvm_wtype kv,
+                                     const void *k, const void *v, size_t stride, size_t hd,
+                                     float scale, const float *sinks, float *scratch,
+                                     float *restrict out, float *lse)
+{
+    /* the common case, F16 heads of whole vectors, with its type and masks as constants */
+    const int f16 = kv == MVM_W_F16 && hd % 16 == 0;
+    if (f16)
+        sweep_scores(MVM_W_F16, k, stride, rows, n_kv, hd, q, scale, scratch, 1);
+    else
+        sweep_scores(kv, k, stride, rows, n_kv, hd, q, scale, scratch, 0);
+    for (size_t g = 0; g < n_kv; g++) {
+        const float l = softmax16(scratch + g * rows, rows, sinks ? sinks[g] : -INFINITY);
+        if (lse)
+            lse[g] = l;
+        memset(out + g * hd, 0, hd * sizeof *out);
+    }
+    if (f16)
+        sweep_values(MVM_W_F16, v, stride, rows, n_kv, hd, scratch, out, 1);
+    else
+        sweep_values(kv, v, stride, rows, n_kv, hd, scratch, out, 0);
+}
+
+/* Several queries a KV head: n_kv heads whose rows fit a tile (n_kv * hp <= HEAD_MAX), each
+ * tile of the cache converted once for all its queries; token i's query h's log-normaliser
+ * at lse[i * lse_stride + h]. */
+AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                                     size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv,
+                                     const void *k, const void *v, size_t stride, size_t hd,
+                                     float scale, const float *sinks, float *scratch,
+                                     float *restrict out, float *lse, size_t lse_stride)
+{
+    const size_t hp = (hd + 15) & ~(size_t)15;
+    const size_t nh = n_kv * n_q, nq = n_tok * nh; /* queries a token, in all */
+    const size_t ts = n_kv * hp * sizeof(float), gs = hp * sizeof(float); /* a row, a head */
     _Alignas(64) float tile[TILE * HEAD_MAX];
     size_t rows = 0; /* the longest query's */
     for (size_t i = 0; i < n_tok; i++)
@@ -221,31 +352,60 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     const __m512 sv = _mm512_set1_ps(scale);
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, hd, hp, shared, tile);
+        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, n_kv, hd, hp, tile);
         for (size_t qi = 0; qi < nq; qi++) {
-            const size_t i = qi / n_q, reach = n_pos[i];
+            const size_t i = qi / nh, h = qi % nh, reach = n_pos[i];
             if (reach <= p0) /* a prompt's early tokens stop before its later tiles */
                 continue;
             const size_t n = reach - p0 < nr ? reach - p0 : nr;
-            const __m512 s = scores16(tt, kt, ts, n, q + i * q_stride + (qi % n_q) * hd, hd);
+            const __m512 s = scores16(MVM_W_F32, kt + h / n_q * gs, ts, n,
+                                      q + i * q_stride + h * hd, hd);
             _mm512_mask_storeu_ps(scratch + qi * rows + p0, first(n), _mm512_mul_ps(s, sv));
         }
     }
     for (size_t qi = 0; qi < nq; qi++) {
-        const size_t i = qi / n_q, j = qi % n_q;
-        softmax16(scratch + qi * rows, n_pos[i], sinks ? sinks[j] : -INFINITY);
-        memset(out + i * q_stride + j * hd, 0, hd * sizeof *out);
+        const size_t i = qi / nh, h = qi % nh;
+        const float l = softmax16(scratch + qi * rows, n_pos[i], sinks ? sinks[h] : -INFINITY);
+        if (lse)
+            lse[i * lse_stride + h] = l;
+        memset(out + i * q_stride + h * hd, 0, hd * sizeof *out);
     }
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, hd, hp, shared, tile);
+        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, n_kv, hd, hp, tile);
         for (size_t qi = 0; qi < nq; qi++) {
-            const size_t i = qi / n_q, reach = n_pos[i];
+            const size_t i = qi / nh, h = qi % nh, reach = n_pos[i];
             if (reach > p0)
-                add_values(scratch + qi * rows + p0, reach - p0 < nr ? reach - p0 : nr, tt, vt,
-                           ts, hd, out + i * q_stride + (qi % n_q) * hd);
+                add_values(scratch + qi * rows + p0, reach - p0 < nr ? reach - p0 : nr,
+                           MVM_W_F32, vt + h / n_q * gs, ts, hd, out + i * q_stride + h * hd);
         }
     }
+}
+
+AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_t n_tok,
+                                          size_t n_q, size_t n_kv, const uint32_t *n_pos,
+                                          enum mvm_wtype kv, const void *k, const void *v,
+                                          size_t kv_stride, size_t head_dim, float scale,
+                                          const float *sinks, float *scratch,
+                                          float *restrict out, float *lse)
+{
+    const size_t hp = (head_dim + 15) & ~(size_t)15, es = kv == MVM_W_F32 ? 4 : 2;
+    if ((kv != MVM_W_F32 && kv != MVM_W_F16 && kv != MVM_W_BF16) || hp > HEAD_MAX)
+        return 0;
+    const size_t stride = kv_stride * es;
+    if (n_tok * n_q == 1) { /* the cache read in place: every head in one stream */
+        attn_sweep(q, n_kv, n_pos[0], kv, k, v, stride, head_dim, scale, sinks, scratch, out,
+                   lse);
+        return 1;
+    }
+    /* KV heads a tile's rows hold: wider calls in parts, each head's arithmetic the same */
+    const size_t part = HEAD_MAX / hp, qs = n_q * head_dim;
+    for (size_t g = 0; g < n_kv; g += part)
+        attn_tiles(q + g * qs, q_stride, n_tok, n_q, n_kv - g < part ? n_kv - g : part, n_pos,
+                   kv, (const uint8_t *)k + g * head_dim * es,
+                   (const uint8_t *)v + g * head_dim * es, stride, head_dim, scale,
+                   sinks ? sinks + g * n_q : NULL, scratch, out + g * qs,
+                   lse ? lse + g * n_q : NULL, n_kv * n_q);
     return 1;
 }
 

@@ -160,9 +160,9 @@ typedef void (*mvm_k_gemm_fn)(const void *w, size_t row_bytes, size_t n_rows, co
 /* A level's mvm_k_attn_block (kernels.h), same arguments: 1 when it computed the block, 0
  * when it leaves the case (a cache type or head size it does not take) to ops.c's. */
 typedef int (*mvm_k_attn_fn)(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
-                             const uint32_t *n_pos, enum mvm_wtype kv, const void *k,
+                             size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv, const void *k,
                              const void *v, size_t kv_stride, size_t head_dim, float scale,
-                             const float *sinks, float *scratch, float *out);
+                             const float *sinks, float *scratch, float *out, float *lse);
 
 struct mvm_k_level {
     mvm_k_dot_fn dot[MVM_W_COUNT];
@@ -317,9 +317,10 @@ extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT]; /* gemm_rows_avx512vnni.c */
 int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
-                            const uint32_t *n_pos, enum mvm_wtype kv, const void *k,
+                            size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv, const void *k,
                             const void *v, size_t kv_stride, size_t head_dim, float scale,
-                            const float *sinks, float *scratch, float *out); /* attn_avx512.c */
+                            const float *sinks, float *scratch, float *out,
+                            float *lse); /* attn_avx512.c */
 #endif
 #if defined(__aarch64__)
 extern const struct mvm_k_level mvm_k_level_neon;    /* dot_neon.c */

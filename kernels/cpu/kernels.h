@@ -190,8 +190,8 @@ void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fa
 /* Softmax in place over n floats (max-subtracted). */
 void mvm_k_softmax(float *x, size_t n);
 /* The same with an extra logit `sink` in the denominator (-INFINITY: none, which adds exactly
- * 0), as ggml's soft_max with sinks. */
-void mvm_k_softmax_sink(float *x, size_t n, float sink);
+ * 0), as ggml's soft_max with sinks. Returns the log of the denominator, ln(Σ e^x + e^sink). */
+float mvm_k_softmax_sink(float *x, size_t n, float sink);
 /* The k largest of x[0..n) (k <= n), indices in idx, largest first; ties go to the lower
  * index (deterministic routing). */
 void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);
@@ -208,13 +208,24 @@ void mvm_k_swiglu(float *x, const float *y, size_t n);
 void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
                       const void *v, size_t kv_stride, size_t n_pos, size_t head_dim,
                       float scale, const float *sinks, float *scratch, float *out);
-/* The same for n_tok tokens of one sequence at once (a prompt's): token i's n_q queries at
- * q + i*q_stride (head j's at + j*head_dim; out alike) attend over its first n_pos[i]
- * positions of the shared rows, so each row is read once for every query that reaches it,
- * not once per token. scratch holds n_tok * n_q * max(n_pos) floats. Each query's
- * arithmetic is mvm_k_attn_heads', bit for bit. */
-void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+/* The same for n_tok tokens of one sequence at once (a prompt's), and n_kv KV heads side by
+ * side in the rows (KV head g's elements at g*head_dim of each row, n_q queries each): token
+ * i's query j of KV head g at q + i*q_stride + (g*n_q + j)*head_dim (out alike; sinks[g*n_q
+ * + j] its sink) attends over its first n_pos[i] positions, so each row is read once for
+ * every query that reaches it, not once per token, and the n_kv heads' parts of a row,
+ * which lie together, in one stream (decode without grouped heads read a long context's
+ * cache 256 bytes a row at a time, head by head: docs/perf/cpu.md). scratch holds n_tok *
+ * n_kv * n_q * max(n_pos) floats. Each query's arithmetic is mvm_k_attn_heads', bit for
+ * bit. lse (NULL: not wanted): each query's log-normaliser, ln(Σ_p e^(score_p) + e^sink),
+ * token i's query (g, j) at lse[i * n_kv * n_q + g * n_q + j]: what a caller needs to merge
+ * the outputs of calls over parts of the positions (out = Σ part_out · e^(part_lse − lse)).
+ * Several queries a KV head share each tile of the rows converted to F32 (the SIMD levels:
+ * up to MVM_K_ATTN_ROW_MAX elements of a row a tile, n_kv * head_dim with each head rounded
+ * up to 16; wider calls go in parts); one query a KV head reads the rows in place, every
+ * head of a row together. */
+#define MVM_K_ATTN_ROW_MAX 1024
+void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q, size_t n_kv,
                       const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
                       size_t kv_stride, size_t head_dim, float scale, const float *sinks,
-                      float *scratch, float *out);
+                      float *scratch, float *out, float *lse);
 #endif

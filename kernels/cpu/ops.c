@@ -68,7 +68,7 @@ void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fa
     r->mscale = attn_factor * (ext_factor != 0.0f ? 1.0f + 0.1f * logf(factor) : 1.0f);
 }
 
-void mvm_k_softmax_sink(float *x, size_t n, float sink)
+float mvm_k_softmax_sink(float *x, size_t n, float sink)
 {
     float max = sink;
     for (size_t i = 0; i < n; i++)
@@ -81,6 +81,7 @@ void mvm_k_softmax_sink(float *x, size_t n, float sink)
     const float inv = (float)(1.0 / sum);
     for (size_t i = 0; i < n; i++)
         x[i] *= inv;
+    return (float)((double)max + log(sum));
 }
 
 void mvm_k_softmax(float *x, size_t n)
@@ -184,42 +185,46 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
 
-void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q, size_t n_kv,
                       const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
                       size_t kv_stride, size_t head_dim, float scale, const float *sinks,
-                      float *scratch, float *restrict out)
+                      float *scratch, float *restrict out, float *lse)
 {
-    if (mvm_k_kernels->attn && mvm_k_kernels->attn(q, q_stride, n_tok, n_q, n_pos, kv, k, v,
-                                                   kv_stride, head_dim, scale, sinks, scratch,
-                                                   out))
+    if (mvm_k_kernels->attn && mvm_k_kernels->attn(q, q_stride, n_tok, n_q, n_kv, n_pos, kv, k,
+                                                   v, kv_stride, head_dim, scale, sinks,
+                                                   scratch, out, lse))
         return;
     /* the portable way: the level's dot product per query and row, its axpy per weight */
     const mvm_k_dot_fn dot = mvm_k_kernels->dot[kv];
     const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[kv];
-    const size_t stride = kv_stride * (kv == MVM_W_F16 ? 2 : 4);
+    const size_t es = kv == MVM_W_F16 ? 2 : 4, stride = kv_stride * es, nh = n_kv * n_q;
     size_t rows = 0; /* the longest query's */
     for (size_t i = 0; i < n_tok; i++)
         rows = n_pos[i] > rows ? n_pos[i] : rows;
     /* position by position, each row used by every query that reaches it while it is in L1;
-     * query (i, j)'s scores at scratch + (i * n_q + j) * rows */
+     * query (i, h)'s scores at scratch + (i * nh + h) * rows, h = g * n_q + j reading KV head
+     * g = h / n_q */
     for (size_t p = 0; p < rows; p++)
         for (size_t i = 0; i < n_tok; i++)
-            for (size_t j = 0; p < n_pos[i] && j < n_q; j++)
-                scratch[(i * n_q + j) * rows + p] =
-                    dot((const uint8_t *)k + p * stride, q + i * q_stride + j * head_dim,
-                        head_dim) * scale;
+            for (size_t h = 0; p < n_pos[i] && h < nh; h++)
+                scratch[(i * nh + h) * rows + p] =
+                    dot((const uint8_t *)k + p * stride + h / n_q * head_dim * es,
+                        q + i * q_stride + h * head_dim, head_dim) * scale;
     for (size_t i = 0; i < n_tok; i++)
-        for (size_t j = 0; j < n_q; j++) {
-            mvm_k_softmax_sink(scratch + (i * n_q + j) * rows, n_pos[i],
-                               sinks ? sinks[j] : -INFINITY);
+        for (size_t h = 0; h < nh; h++) {
+            const float l = mvm_k_softmax_sink(scratch + (i * nh + h) * rows, n_pos[i],
+                                               sinks ? sinks[h] : -INFINITY);
+            if (lse)
+                lse[i * nh + h] = l;
             for (size_t d = 0; d < head_dim; d++)
-                out[i * q_stride + j * head_dim + d] = 0;
+                out[i * q_stride + h * head_dim + d] = 0;
         }
     for (size_t p = 0; p < rows; p++)
         for (size_t i = 0; i < n_tok; i++)
-            for (size_t j = 0; p < n_pos[i] && j < n_q; j++)
-                axpy((const uint8_t *)v + p * stride, scratch[(i * n_q + j) * rows + p],
-                     out + i * q_stride + j * head_dim, head_dim);
+            for (size_t h = 0; p < n_pos[i] && h < nh; h++)
+                axpy((const uint8_t *)v + p * stride + h / n_q * head_dim * es,
+                     scratch[(i * nh + h) * rows + p], out + i * q_stride + h * head_dim,
+                     head_dim);
 }
 
 void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
@@ -227,6 +232,6 @@ void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void 
                       float scale, const float *sinks, float *scratch, float *restrict out)
 {
     const uint32_t n = (uint32_t)n_pos;
-    mvm_k_attn_block(q, 0, 1, n_q, &n, kv, k, v, kv_stride, head_dim, scale, sinks, scratch,
-                     out);
+    mvm_k_attn_block(q, 0, 1, n_q, 1, &n, kv, k, v, kv_stride, head_dim, scale, sinks, scratch,
+                     out, NULL);
 }
