@@ -3,23 +3,16 @@
 # eviction would have to see the routing to close how much of the LRU-to-Belady gap
 # (docs/perf/policies.md, "How far ahead the bound looks"). One call, from the repository
 # root:
-#   bash bench/policies/foresight.sh [OUT.txt]   (default docs/perf/policies/foresight.txt)
-# MOEVM=path/to/moevm runs another build's CLI (default ./build/moevm).
+#   bash bench/policies/foresight.sh [OUTDIR] [MOEVM]
+#                                          (defaults docs/perf/policies, ./build/moevm)
 # The traces are gap.sh's part 1 (trace gen's default routing, seed 3, 512 tokens); cost
 # rtx3090, budgets 25% and 50%, hit rates. `belady{ahead=T}` reads the routing only to the
 # end of the token T after the current one and ranks what it cannot see by `affinity`: T = 0
 # is the rest of the current token, the most a predictor from the current hidden state could
-# know. Prints a table and one RESULT line per row:
+# know. Writes OUTDIR/foresight.txt: a table and one RESULT line per row,
 #   RESULT foresight shape=S budget=B lru=.. affinity=.. ahead0=.. ahead1=.. ahead4=..
 #     ahead16=.. belady=.. closed_ahead0=..   (closed: share of the LRU-to-belady gap)
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-out=${1:-docs/perf/policies/foresight.txt}
-mkdir -p "$(dirname "$out")"
-moevm=${MOEVM:-./build/moevm}
-[ -x "$moevm" ] || { echo "build first: make build (or set MOEVM)" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh" "$@"
 
 aheads="0 1 4 16"
 sets="evict=lru; evict=affinity"
@@ -64,6 +57,6 @@ row() { # shape budget
         for b in 25 50; do row "$shape" "$b"; done
     done
 } | tee "$tmp/all.txt"
-grep -v '^RESULT' "$tmp/all.txt" >"$out"
-grep '^RESULT' "$tmp/all.txt" >>"$out"
-echo "wrote $out"
+grep -v '^RESULT' "$tmp/all.txt" >"$out/foresight.txt"
+grep '^RESULT' "$tmp/all.txt" >>"$out/foresight.txt"
+echo "wrote $out/foresight.txt"
