@@ -18,7 +18,7 @@ aheads="0 1 4 16"
 sets="evict=lru; evict=affinity"
 for a in $aheads; do sets+="; evict=belady{ahead=$a}"; done
 
-hit() { awk -v l="$2" 'index($0, l) == 1 { print $(NF - 10); exit }' "$1"; }
+. "$(dirname "$0")/hits.sh"
 
 row() { # shape budget
     local shape=$1 budget=$2
@@ -36,8 +36,7 @@ row() { # shape budget
         h=$(hit "$tmp/s.txt" "evict=belady{ahead=$a} ")
         line+=$(printf ' %6s' "$h")
         res+=" ahead$a=$h"
-        closed+=" closed_ahead$a=$(awk -v h="$h" -v a="$lru" -v b="$belady" \
-            'BEGIN { printf "%.2f", (b > a ? (h - a) / (b - a) : 0) }')"
+        closed+=" closed_ahead$a=$(closed "$h" "$lru" "$belady")"
     done
     line+=$(printf ' %6s' "$belady")
     echo "$line"

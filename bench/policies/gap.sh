@@ -27,7 +27,7 @@ modules="lru lfu reuse score affinity adaptive"
 sets="evict=lru; evict=lfu; evict=reuse; evict=score; evict=affinity; evict=adaptive"
 
 # hit % of the row whose label starts with $2 in sim output $1
-hit() { awk -v l="$2" 'index($0, l) == 1 { print $(NF - 10); exit }' "$1"; }
+. "$(dirname "$0")/hits.sh"
 
 row() { # shape routing-label budget gen-args...
     local shape=$1 routing=$2 budget=$3
@@ -50,8 +50,7 @@ row() { # shape routing-label budget gen-args...
         h=$(hit "$tmp/s.txt" "evict=$m ")
         line+=$(printf ' %6s' "$h")
         res+=" $m=$h"
-        closed+=" closed_$m=$(awk -v h="$h" -v a="$lru" -v b="$belady" \
-            'BEGIN { printf "%.2f", (b > a ? (h - a) / (b - a) : 0) }')"
+        closed+=" closed_$m=$(closed "$h" "$lru" "$belady")"
     done
     line+=$(printf ' %6s %6s' "$online" "$belady")
     line+=$(awk -v h="$(hit "$tmp/s.txt" "evict=affinity ")" \
