@@ -264,19 +264,20 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
         for (size_t g0 = 0; g0 < n_kv; g0 += 16) {
             const size_t ng = n_kv - g0 < 16 ? n_kv - g0 : 16;
             const uint8_t *row = k + p0 * stride + g0 * hd * es;
+            /* lane by lane (the row's heads in order), each lane's sum over d in order */
             __m512 acc[16];
 #pragma GCC unroll 16
-            for (size_t a = 0; a < 16; a++)
+            for (size_t a = 0; a < 16; a++) {
                 acc[a] = _mm512_setzero_ps();
-            for (size_t d0 = 0; d0 < hd; d0 += 16) {
-                const __mmask16 m = first(hd - d0);
-#pragma GCC unroll 16
-                for (size_t a = 0; a < 16; a++)
-                    if (a < nr * ng)
-                        acc[a] = _mm512_fmadd_ps(
-                            ldf(q + (g0 + a % ng) * hd + d0, m, full),
-                            ld16(kv, row + (a / ng) * stride + ((a % ng) * hd + d0) * es, m, full),
-                            acc[a]);
+                if (a >= nr * ng)
+                    continue;
+                const float *qa = q + (g0 + a % ng) * hd;
+                const uint8_t *ka = row + (a / ng) * stride + (a % ng) * hd * es;
+                for (size_t d0 = 0; d0 < hd; d0 += 16) {
+                    const __mmask16 m = first(hd - d0);
+                    acc[a] = _mm512_fmadd_ps(ldf(qa + d0, m, full), ld16(kv, ka + d0 * es, m, full),
+                                             acc[a]);
+                }
             }
             const __m512i to = _mm512_add_epi32(
                 _mm512_load_si512(at[g0 + 16 > n_kv && n_kv > 16]),
