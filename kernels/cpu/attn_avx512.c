@@ -11,10 +11,11 @@
  *   - weighted values: each query's output accumulated 128 elements at a time in registers
  *     over the tile's rows in order;
  *   - a call of several queries of one KV head (a prompt's tokens, a group of heads)
- *     converts each tile of the F16 cache to F32 once for them all; one query a KV head
- *     (decode without grouped heads) reads the cache as it is, and the tiles AHEAD are
- *     prefetched either way, the n_kv heads' parts of each row together;
- *   - the softmax 16 at a time, with its own e^x (exp16).
+ *     converts each tile of the F16 cache to F32 once for them all, the n_kv heads' parts
+ *     of each row together, and prefetches the tiles AHEAD;
+ *   - the softmax 16 at a time, with its own e^x (exp16), returning its log-normaliser.
+ * One query a KV head (decode without grouped heads) takes no tiles: attn_sweep, below,
+ * reads the cache in place in row order.
  * Each query's arithmetic is the same whatever the other queries of the call are (the
  * conversion is exact, the sums' orders fixed), so the block gives each query bit for bit
  * what a call for it alone gives, as kernels.h promises. bench_cpu_attention, one thread,
@@ -91,13 +92,12 @@ AVX512_INLINE __m512 reduce16(const __m512 acc[16])
     return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
 }
 
-/* The scores of query qv over rows 0 .. nr-1 of k (type t, stride bytes apart), one a lane
- * (the lanes past nr 0): each row's products summed 16 lanes wide over d in order, then
- * across the lanes by reduce16, whichever rows and queries the call has. */
-AVX512_INLINE __m512 scores16(enum mvm_wtype t, const uint8_t *k, size_t stride, size_t nr,
-                              const float *qv, size_t hd)
+/* The scores of query qv over rows 0 .. nr-1 of a converted tile (F32, stride bytes apart),
+ * one a lane (the lanes past nr 0): each row's products summed 16 lanes wide over d in
+ * order, then across the lanes by reduce16, whichever rows and queries the call has. */
+AVX512_INLINE __m512 scores16(const uint8_t *k, size_t stride, size_t nr, const float *qv,
+                              size_t hd)
 {
-    const size_t es = t == MVM_W_F32 ? 4 : 2;
     __m512 acc[16];
 #pragma GCC unroll 16
     for (size_t r = 0; r < 16; r++)
@@ -108,17 +108,17 @@ AVX512_INLINE __m512 scores16(enum mvm_wtype t, const uint8_t *k, size_t stride,
 #pragma GCC unroll 16
         for (size_t r = 0; r < 16; r++)
             if (r < nr)
-                acc[r] = _mm512_fmadd_ps(qc, load16(t, k + r * stride + d0 * es, m), acc[r]);
+                acc[r] = _mm512_fmadd_ps(
+                    qc, _mm512_maskz_loadu_ps(m, k + r * stride + d0 * sizeof(float)), acc[r]);
     }
     return reduce16(acc);
 }
 
-/* out += Σ_r w[r] · row r of v (type t, stride bytes apart) over the first nr rows, 128
- * elements at a time, each element's sum in row order. */
-AVX512_INLINE void add_values(const float *w, size_t nr, enum mvm_wtype t, const uint8_t *v,
-                              size_t stride, size_t hd, float *out)
+/* out += Σ_r w[r] · row r of a converted tile (F32, stride bytes apart) over the first nr
+ * rows, 128 elements at a time, each element's sum in row order. */
+AVX512_INLINE void add_values(const float *w, size_t nr, const uint8_t *v, size_t stride,
+                              size_t hd, float *out)
 {
-    const size_t es = t == MVM_W_F32 ? 4 : 2;
     for (size_t d0 = 0; d0 < hd; d0 += 128) {
         const size_t nv = (hd - d0 >= 128 ? 128 : hd - d0 + 15) / 16;
         __m512 acc[8];
@@ -132,7 +132,9 @@ AVX512_INLINE void add_values(const float *w, size_t nr, enum mvm_wtype t, const
             for (size_t c = 0; c < 8; c++)
                 if (c < nv)
                     acc[c] = _mm512_fmadd_ps(
-                        wr, load16(t, v + r * stride + (d0 + 16 * c) * es, first(hd - d0 - 16 * c)),
+                        wr,
+                        _mm512_maskz_loadu_ps(first(hd - d0 - 16 * c),
+                                              v + r * stride + (d0 + 16 * c) * sizeof(float)),
                         acc[c]);
         }
 #pragma GCC unroll 8
@@ -250,12 +252,12 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
     const size_t es = kv == MVM_W_F32 ? 4 : 2, bytes = n_kv * hd * es;
     const size_t R = n_kv >= 16 ? 1 : 16 / n_kv < SWEEP_ROWS ? 16 / n_kv : SWEEP_ROWS;
     const __m512 sv = _mm512_set1_ps(scale);
-    _Alignas(64) int32_t at[2][16]; /* the lanes' places: groups of 16 heads, the last group */
-    for (size_t a = 0; a < 16; a++) {
-        const size_t last = n_kv % 16 ? n_kv % 16 : 16;
-        at[0][a] = (int32_t)((n_kv >= 16 ? a : a % n_kv) * rows + (n_kv >= 16 ? 0 : a / n_kv));
-        at[1][a] = (int32_t)((a % last) * rows + a / last);
-    }
+    /* lane a's place in scratch: head a % ng0, row a / ng0 of the step (ng0 heads a group;
+     * past 16 heads a step is one row, and a smaller last group masks its other lanes) */
+    const size_t ng0 = n_kv < 16 ? n_kv : 16;
+    _Alignas(64) int32_t at[16];
+    for (size_t a = 0; a < 16; a++)
+        at[a] = (int32_t)((a % ng0) * rows + a / ng0);
     for (size_t p0 = 0; p0 < rows; p0 += R) {
         const size_t nr = rows - p0 < R ? rows - p0 : R;
         for (size_t r = 0; r < nr; r++)
@@ -279,9 +281,8 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
                                              acc[a]);
                 }
             }
-            const __m512i to = _mm512_add_epi32(
-                _mm512_load_si512(at[g0 + 16 > n_kv && n_kv > 16]),
-                _mm512_set1_epi32((int32_t)(g0 * rows + p0)));
+            const __m512i to = _mm512_add_epi32(_mm512_load_si512(at),
+                                                _mm512_set1_epi32((int32_t)(g0 * rows + p0)));
             _mm512_mask_i32scatter_ps(scratch, first(nr * ng), to,
                                       _mm512_mul_ps(reduce16(acc), sv), 4);
         }
@@ -359,8 +360,7 @@ AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_t
             if (reach <= p0) /* a prompt's early tokens stop before its later tiles */
                 continue;
             const size_t n = reach - p0 < nr ? reach - p0 : nr;
-            const __m512 s = scores16(MVM_W_F32, kt + h / n_q * gs, ts, n,
-                                      q + i * q_stride + h * hd, hd);
+            const __m512 s = scores16(kt + h / n_q * gs, ts, n, q + i * q_stride + h * hd, hd);
             _mm512_mask_storeu_ps(scratch + qi * rows + p0, first(n), _mm512_mul_ps(s, sv));
         }
     }
@@ -378,7 +378,7 @@ AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_t
             const size_t i = qi / nh, h = qi % nh, reach = n_pos[i];
             if (reach > p0)
                 add_values(scratch + qi * rows + p0, reach - p0 < nr ? reach - p0 : nr,
-                           MVM_W_F32, vt + h / n_q * gs, ts, hd, out + i * q_stride + h * hd);
+                           vt + h / n_q * gs, ts, hd, out + i * q_stride + h * hd);
         }
     }
 }
