@@ -1839,6 +1839,27 @@ static void test_attn_wide(void)
         free(x), free(q), free(out), free(one), free(scratch), free(kc), free(vc), free(kp),
             free(vp);
     }
+    /* More than 16 KV heads of one query each (the sweep's lanes in groups of 16, the last
+     * one partial): 20 heads of 16 over 9 rows, F16, each head its own call's. */
+    enum { WIDE = 20, HD16 = 16, R9 = 9, ST = WIDE * HD16 + 3 };
+    float xw[R9 * ST], qw[WIDE * HD16], ow[WIDE * HD16], o1[HD16], sw[WIDE * R9];
+    uint16_t kw[R9 * ST], vw[R9 * ST];
+    const uint32_t r9 = R9;
+    fill(xw, R9 * ST, 1.0f);
+    mvm_k_quantize(MVM_W_F16, xw, kw, R9 * ST);
+    fill(xw, R9 * ST, 1.0f);
+    mvm_k_quantize(MVM_W_F16, xw, vw, R9 * ST);
+    fill(qw, WIDE * HD16, 1.0f);
+    fill(ow, WIDE * HD16, 1e3f);
+    mvm_k_attn_block(qw, 0, 1, 1, WIDE, &r9, MVM_W_F16, kw, vw, ST, HD16, 0.25f, NULL, sw, ow,
+                     NULL);
+    int wide_differs = 0;
+    for (size_t h = 0; h < WIDE; h++) {
+        mvm_k_attn_heads(qw + h * HD16, 1, MVM_W_F16, kw + h * HD16, vw + h * HD16, ST, R9, HD16,
+                         0.25f, NULL, sw, o1);
+        wide_differs += memcmp(o1, ow + h * HD16, sizeof o1) != 0;
+    }
+    CHECK(wide_differs == 0);
 }
 
 /* mvm_k_prepare_act at this level (the AVX-512 levels' vector quantizers) against blocks.h's
