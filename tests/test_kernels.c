@@ -1364,6 +1364,18 @@ static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t
     free(acts), free(x), free(weights), free(out), free(one);
 }
 
+/* mvm_k_row_floats: at least n floats, whole cache lines and an odd number of them, so that
+ * consecutive tokens' rows fall in different sets of the L1 cache whatever n is; at most a
+ * line more than n's whole lines. */
+static void test_row_floats(void)
+{
+    static const size_t ns[] = {1, 15, 16, 17, 1024, 2048, 2880, 4096, 7168};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        const size_t s = mvm_k_row_floats(ns[i]);
+        CHECK(s >= ns[i] && s % 16 == 0 && (s / 16) % 2 == 1 && s < ns[i] + 32);
+    }
+}
+
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
  * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1), 37 (expert.c's 32 tokens
  * at once, then 5: a tile cut short), 70 (the untiled K types' one pass, of up to 128) and
@@ -2060,6 +2072,7 @@ int main(void)
     RUN(test_swiglu);
     RUN(test_iq3_codes);
     RUN(test_levels_agree);
+    RUN(test_row_floats);
     for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
         if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
             continue;

@@ -3,7 +3,7 @@
  * routed top-k among E experts gives each about P·k/E (OLMoE at pp64: 8, at pp512: 64), so
  * the batch kernels live or die at a handful of tokens, not at the 32 a dense matmul has.
  *
- *   bench_cpu_expert_tokens [reps [format [counts [MiB]]]]
+ *   bench_cpu_expert_tokens [reps [format [counts [MiB [stride]]]]]
  *       reps    best of reps (default 3)
  *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q5_K (down
  *               Q6_K: Q5_K_M), q6_K, q8_0, q3_K, q2_K, iq4_xs, iq3_xxs, iq2_xxs, iq2_xs,
@@ -13,6 +13,8 @@
  *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
  *       MiB     the experts' bytes (default 256: the weights stream from memory, as in
  *               prefill; 1 keeps them in L2, which measures the arithmetic alone)
+ *       stride  floats from one token's output row to the next (default the engine's,
+ *               mvm_k_row_floats(n_embd); 2048, rows 8 KiB apart, shows what that avoids)
  *
  * One thread runs mvm_k_expert_ffn_batch over experts of OLMoE-1B-7B's shape (n_embd 2048,
  * n_ff 1024) that fill MiB (at least one expert), each with `count` tokens of distinct
@@ -96,7 +98,13 @@ int main(int argc, char **argv)
     const size_t as = mvm_k_act_bytes(f.gate_up, N_EMBD);
     uint8_t *w = aligned_alloc(64, experts * eb);
     uint8_t *acts = aligned_alloc(64, MAX_TOK * as);
-    float *out = malloc(MAX_TOK * (N_EMBD) * sizeof *out), weights[MAX_TOK], x[N_EMBD];
+    const long stride = argc > 5 ? strtol(argv[5], NULL, 10) : (long)mvm_k_row_floats(N_EMBD);
+    if (stride < N_EMBD || stride > 1 << 20) {
+        fprintf(stderr, "bench_cpu_expert_tokens: stride '%s' outside %d..%d\n", argv[5], N_EMBD,
+                1 << 20);
+        return 1;
+    }
+    float *out = malloc(MAX_TOK * (size_t)stride * sizeof *out), weights[MAX_TOK], x[N_EMBD];
     if (!w || !acts || !out) {
         fprintf(stderr, "bench_cpu_expert_tokens: out of memory\n");
         return 1;
@@ -134,11 +142,11 @@ int main(int argc, char **argv)
         }
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
-            memset(out, 0, (size_t)n * (N_EMBD) * sizeof *out);
+            memset(out, 0, (size_t)n * (size_t)stride * sizeof *out);
             double s = mvm_bench_thread_s();
             for (size_t e = 0; e < experts * passes; e++)
                 mvm_k_expert_ffn_batch(f, w + e % experts * eb, N_EMBD, acts, as, weights, (size_t)n, out,
-                                       N_EMBD, 0, groups);
+                                       (size_t)stride, 0, groups);
             s = mvm_bench_thread_s() - s;
             best = s < best ? s : best;
         }

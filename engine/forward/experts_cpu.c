@@ -7,7 +7,8 @@
  * 2-core VM (OLMoE-1B-7B Q8_0), 5% after (docs/perf/cpu.md).
  *
  * The partial outputs: unit k of an expert writes its groups' share of the expert's rows
- * into copy k of the step's rows (a slot: n_embd floats a row), zeroed first; a row's output
+ * into copy k of the step's rows (a slot: a row of n_embd floats, rows slot_stride apart:
+ * mvm_k_row_floats), zeroed first; a row's output
  * is then the sum of its expert's copies in unit order. So the sums do not depend on which
  * thread ran which unit, and a run stays bitwise reproducible. The copies come from one
  * buffer of SLOT_COPIES x n_batch x top-k rows, and an expert is cut into at most as many
@@ -47,7 +48,8 @@ struct mvm_cpu_experts {
     uint32_t *order;            /* [E * max groups] the units as shared out: thread 0's, ... */
     uint64_t *thread_load;      /* [nth] scratch: the cost given to each thread so far */
     size_t *starts, *fill;      /* [nth] the first of each thread's slice; scratch */
-    float *slots;               /* [slot_rows][n_embd] the units' partial outputs */
+    float *slots;               /* [slot_rows][slot_stride] the units' partial outputs */
+    size_t slot_stride;         /* floats a row: n_embd, padded (mvm_k_row_floats) */
     size_t slot_rows;           /* copies x n_batch x K */
     size_t copy_rows;           /* the step's rows, n x K: a copy's */
     uint32_t *copies_of;        /* [E] the copies of an expert's rows in this run; 0: not run */
@@ -83,7 +85,8 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->act = mvm_buf64(n_batch * x->act_stride, &ok);
     x->gact = mvm_buf64(rows * x->act_stride, &ok);
     x->slot_rows = (size_t)(x->nth < SLOT_COPIES ? x->nth : SLOT_COPIES) * rows;
-    x->slots = mvm_buf64(x->slot_rows * hp->n_embd * sizeof(float), &ok);
+    x->slot_stride = mvm_k_row_floats(hp->n_embd);
+    x->slots = mvm_buf64(x->slot_rows * x->slot_stride * sizeof(float), &ok);
     x->copies_of = calloc(hp->n_expert, sizeof *x->copies_of);
     x->row_take = malloc(rows);
     x->starts = malloc((size_t)x->nth * sizeof *x->starts);
@@ -98,7 +101,7 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->order = malloc(units * sizeof *x->order);
     if (!ok || !x->copies_of || !x->row_take || !x->starts || !x->fill || !x->thread_load ||
         !x->by_cost || !x->owner || !x->order) {
-        const double mib = (double)x->slot_rows * hp->n_embd * 4 / 1048576.0;
+        const double mib = (double)x->slot_rows * x->slot_stride * 4 / 1048576.0;
         mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
                         mib);
@@ -221,22 +224,23 @@ static void experts_run(void *p, int t, int nth)
         unit_groups(x, u, &g0, &g1);
         uint32_t r0 = s->off[e], nr = s->cnt[e];
         /* the unit's copy of the step's rows */
-        float *tout = x->slots + (size_t)(u % x->units_per_expert) * x->copy_rows * hp->n_embd;
-        memset(tout + (size_t)r0 * hp->n_embd, 0, (size_t)nr * hp->n_embd * sizeof(float));
+        const size_t ts = x->slot_stride;
+        float *tout = x->slots + (size_t)(u % x->units_per_expert) * x->copy_rows * ts;
+        memset(tout + (size_t)r0 * ts, 0, (size_t)nr * ts * sizeof(float));
         const void *w = x->from_home ? mvm_expert_home(x->m->space, x->layer, e)
                                      : mvm_expert_addr(x->m->space, x->layer, e);
         if (nr == 1)
             mvm_k_expert_ffn(x->fmt, w, hp->n_embd, x->gact + r0 * x->act_stride,
-                             s->row_w[r0], tout + (size_t)r0 * hp->n_embd, g0, g1);
+                             s->row_w[r0], tout + (size_t)r0 * ts, g0, g1);
         else
             mvm_k_expert_ffn_batch(x->fmt, w, hp->n_embd,
                                    x->gact + r0 * x->act_stride, x->act_stride, s->row_w + r0,
-                                   nr, tout + (size_t)r0 * hp->n_embd, hp->n_embd, g0, g1);
+                                   nr, tout + (size_t)r0 * ts, ts, g0, g1);
         /* gpt-oss's down bias, weighted, once per row: with the expert's first groups */
         const float *bd = x->m->layers[x->layer].down_bias;
         for (uint32_t r = r0; bd && g0 == 0 && r < r0 + nr; r++)
             for (uint32_t d = 0; d < hp->n_embd; d++)
-                tout[(size_t)r * hp->n_embd + d] += s->row_w[r] * bd[(size_t)e * hp->n_embd + d];
+                tout[(size_t)r * ts + d] += s->row_w[r] * bd[(size_t)e * hp->n_embd + d];
     }
 }
 
@@ -281,9 +285,8 @@ void mvm_cpu_experts_run_rest(mvm_cpu_experts *x)
 static void add_row(const mvm_cpu_experts *x, uint32_t e, uint32_t r, float *out, size_t d0,
                     size_t d1)
 {
-    const size_t D = x->m->hp.n_embd;
     for (uint32_t k = 0; k < x->copies_of[e]; k++) {
-        const float *o = x->slots + (k * x->copy_rows + r) * D;
+        const float *o = x->slots + (k * x->copy_rows + r) * x->slot_stride;
         for (size_t d = d0; d < d1; d++)
             out[d] += o[d];
     }

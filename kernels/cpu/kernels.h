@@ -160,6 +160,18 @@ void mvm_k_expert_ffn(mvm_k_expert_fmt f, const void *expert, size_t n_embd, con
 void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1);
+/* An out_stride for n floats a token that the batch's down products take at full speed:
+ * whole cache lines, an odd number of them. Each channel group adds into every token's row
+ * at one offset, token after token; rows a multiple of 4 KiB apart (OLMoE's n_embd of 2048
+ * floats: 8 KiB) fall in one set of the L1 cache, and each token's load of its row waited
+ * on the store to the row before it (their addresses' low 12 bits equal): Q8_0 experts of
+ * 64 tokens ran at 143 GMAC/s with rows 8 KiB apart, 247 a line further (docs/perf/cpu.md,
+ * session 116). */
+static inline size_t mvm_k_row_floats(size_t n)
+{
+    const size_t lines = (n * sizeof(float) + 63) / 64;
+    return (lines | 1) * (64 / sizeof(float));
+}
 /* Row-major (llama.cpp) expert slices -> one channel-major expert: gate and up are
  * [n_embd x n_ff] (n_ff rows of n_embd, type f.gate_up), down is [n_ff x n_embd] (n_embd
  * rows of n_ff, type f.down), each given by its first row. Writes n_ff/G groups to dst
