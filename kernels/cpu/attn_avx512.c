@@ -44,7 +44,10 @@ static inline __mmask16 first(size_t n)
 
 /* Tiles read ahead of the one in use: a long context's cache comes from memory, 16 rows a
  * tile in one stream, and without the prefetch one query over 32768 F16 rows took 774 us
- * against ops.c's 627 (with it, 304; docs/perf/cpu.md). */
+ * against ops.c's 627 (with it, 304; docs/perf/cpu.md). Into L2, not L1: a unit of one head
+ * reads a part of rows 4 KiB apart (OLMoE's), all in the same sets of the L1 (12 ways), so
+ * the tiles ahead evicted the one being converted; a prompt's 32 tokens over 8192 positions
+ * 23.6-24.0 -> 19.8-20.0 ms (docs/perf/cpu.md, session 116). */
 #define AHEAD 2
 
 /* Prefetches the 16 rows of bytes each, stride apart, from p (prefetches never fault, so
@@ -53,21 +56,49 @@ AVX512_INLINE void prefetch_tile(const uint8_t *p, size_t stride, size_t bytes)
 {
     for (size_t r = 0; r < TILE; r++)
         for (size_t o = 0; o < bytes; o += 64)
-            _mm_prefetch((const char *)p + r * stride + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)p + r * stride + o, _MM_HINT_T1);
+}
+
+/* load16 and the float loads and stores, without their masks where the head is whole
+ * vectors (`full`, a constant in each instance of the sweeps and the tiles, as the type is
+ * in the F16 ones): the same values, but an unmasked store forwards to the load of the next
+ * row's step, an unmasked F16 load folds into its conversion, and the loops have no
+ * branches on the type or the shape (perf put a third of the sweep's samples on them). */
+AVX512_INLINE __m512 ld16(enum mvm_wtype t, const uint8_t *p, __mmask16 m, int full)
+{
+    if (!full)
+        return load16(t, p, m);
+    if (t == MVM_W_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return t == MVM_W_F32 ? _mm512_loadu_ps(p) : load16(t, p, ALL16);
+}
+
+AVX512_INLINE __m512 ldf(const float *p, __mmask16 m, int full)
+{
+    return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+AVX512_INLINE void stf(float *p, __mmask16 m, __m512 x, int full)
+{
+    if (full)
+        _mm512_storeu_ps(p, x);
+    else
+        _mm512_mask_storeu_ps(p, m, x);
 }
 
 /* dst[(r * n_kv + g) * hp + d] = element d of KV head g of row r as F32 (r < nr, g < n_kv),
  * d < hp (hd rounded up to 16; 0 past hd): a tile of the cache converted once for all the
  * call's queries. */
 AVX512_INLINE void rows_tile(enum mvm_wtype t, const uint8_t *src, size_t stride, size_t nr,
-                             size_t n_kv, size_t hd, size_t hp, float *dst)
+                             size_t n_kv, size_t hd, size_t hp, float *dst, int full)
 {
     const size_t es = t == MVM_W_F32 ? 4 : 2;
     for (size_t r = 0; r < nr; r++)
         for (size_t g = 0; g < n_kv; g++)
             for (size_t d0 = 0; d0 < hp; d0 += 16)
                 _mm512_store_ps(dst + (r * n_kv + g) * hp + d0,
-                                load16(t, src + r * stride + (g * hd + d0) * es, first(hd - d0)));
+                                ld16(t, src + r * stride + (g * hd + d0) * es, first(hd - d0),
+                                     full));
 }
 
 /* Lane r of the result: the sum of acc[r]'s 16 lanes, in a fixed tree (pairs of lanes, then
@@ -94,53 +125,58 @@ AVX512_INLINE __m512 reduce16(const __m512 acc[16])
 
 /* The scores of query qv over rows 0 .. nr-1 of a converted tile (F32, stride bytes apart),
  * one a lane (the lanes past nr 0): each row's products summed 16 lanes wide over d in
- * order, then across the lanes by reduce16, whichever rows and queries the call has. */
+ * order, then across the lanes by reduce16, whichever rows and queries the call has.
+ * `full` (a constant): 16 rows of whole vectors, no masks and no branches. */
 AVX512_INLINE __m512 scores16(const uint8_t *k, size_t stride, size_t nr, const float *qv,
-                              size_t hd)
+                              size_t hd, int full)
 {
     __m512 acc[16];
 #pragma GCC unroll 16
     for (size_t r = 0; r < 16; r++)
         acc[r] = _mm512_setzero_ps();
     for (size_t d0 = 0; d0 < hd; d0 += 16) {
-        const __mmask16 m = first(hd - d0);
-        const __m512 qc = _mm512_maskz_loadu_ps(m, qv + d0);
+        const __mmask16 m = full ? ALL16 : first(hd - d0);
+        const __m512 qc = ldf(qv + d0, m, full);
 #pragma GCC unroll 16
         for (size_t r = 0; r < 16; r++)
-            if (r < nr)
+            if (full || r < nr)
                 acc[r] = _mm512_fmadd_ps(
-                    qc, _mm512_maskz_loadu_ps(m, k + r * stride + d0 * sizeof(float)), acc[r]);
+                    qc, ldf((const float *)(const void *)(k + r * stride) + d0, m, full), acc[r]);
     }
     return reduce16(acc);
 }
 
 /* out += Σ_r w[r] · row r of a converted tile (F32, stride bytes apart) over the first nr
- * rows, 128 elements at a time, each element's sum in row order. */
+ * rows, 128 elements at a time, each element's sum in row order. `full` (a constant): 16
+ * rows of whole vectors. */
 AVX512_INLINE void add_values(const float *w, size_t nr, const uint8_t *v, size_t stride,
-                              size_t hd, float *out)
+                              size_t hd, float *out, int full)
 {
+    if (full)
+        nr = 16;
     for (size_t d0 = 0; d0 < hd; d0 += 128) {
         const size_t nv = (hd - d0 >= 128 ? 128 : hd - d0 + 15) / 16;
         __m512 acc[8];
 #pragma GCC unroll 8
-        for (size_t c = 0; c < 8; c++)
-            acc[c] = c < nv ? _mm512_maskz_loadu_ps(first(hd - d0 - 16 * c), out + d0 + 16 * c)
-                            : _mm512_setzero_ps();
+        for (size_t c = 0; c < 8; c++) {
+            const __mmask16 m = full ? ALL16 : first(hd - d0 - 16 * c);
+            acc[c] = c < nv ? ldf(out + d0 + 16 * c, m, full) : _mm512_setzero_ps();
+        }
+#pragma GCC unroll 16
         for (size_t r = 0; r < nr; r++) {
             const __m512 wr = _mm512_set1_ps(w[r]);
+            const float *vr = (const float *)(const void *)(v + r * stride) + d0;
 #pragma GCC unroll 8
             for (size_t c = 0; c < 8; c++)
                 if (c < nv)
                     acc[c] = _mm512_fmadd_ps(
-                        wr,
-                        _mm512_maskz_loadu_ps(first(hd - d0 - 16 * c),
-                                              v + r * stride + (d0 + 16 * c) * sizeof(float)),
+                        wr, ldf(vr + 16 * c, full ? ALL16 : first(hd - d0 - 16 * c), full),
                         acc[c]);
         }
 #pragma GCC unroll 8
         for (size_t c = 0; c < 8; c++)
             if (c < nv)
-                _mm512_mask_storeu_ps(out + d0 + 16 * c, first(hd - d0 - 16 * c), acc[c]);
+                stf(out + d0 + 16 * c, full ? ALL16 : first(hd - d0 - 16 * c), acc[c], full);
     }
 }
 
@@ -196,11 +232,11 @@ AVX512_INLINE float softmax16(float *x, size_t n, float sink)
  * tiles AHEAD prefetched. */
 AVX512_INLINE const uint8_t *rows_at(enum mvm_wtype kv, const void *base, size_t stride,
                                      size_t p0, size_t nr, size_t n_kv, size_t hd, size_t hp,
-                                     float *tile)
+                                     float *tile, int full)
 {
     const uint8_t *p = (const uint8_t *)base + p0 * stride;
     prefetch_tile(p + AHEAD * TILE * stride, stride, n_kv * hd * (kv == MVM_W_F32 ? 4 : 2));
-    rows_tile(kv, p, stride, nr, n_kv, hd, hp, tile);
+    rows_tile(kv, p, stride, nr, n_kv, hd, hp, tile, full);
     return (const uint8_t *)tile;
 }
 
@@ -215,33 +251,6 @@ AVX512_INLINE const uint8_t *rows_at(enum mvm_wtype kv, const void *base, size_t
  * so a head gives what the tiles give it. */
 #define SWEEP_ROWS 4
 #define SWEEP_AHEAD 8 /* rows prefetched ahead: a few, as each row takes every L1 set */
-
-/* load16 and the float loads and stores, without their masks where the head is whole
- * vectors (`full`, a constant in each instance of the sweeps, as the type is in the F16
- * one): the same values, but an unmasked store forwards to the load of the next row's
- * step, an unmasked F16 load folds into its conversion, and the loops have no branches on
- * the type (perf put a third of the sweep's samples on them). */
-AVX512_INLINE __m512 ld16(enum mvm_wtype t, const uint8_t *p, __mmask16 m, int full)
-{
-    if (!full)
-        return load16(t, p, m);
-    if (t == MVM_W_F16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
-    return t == MVM_W_F32 ? _mm512_loadu_ps(p) : load16(t, p, ALL16);
-}
-
-AVX512_INLINE __m512 ldf(const float *p, __mmask16 m, int full)
-{
-    return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
-}
-
-AVX512_INLINE void stf(float *p, __mmask16 m, __m512 x, int full)
-{
-    if (full)
-        _mm512_storeu_ps(p, x);
-    else
-        _mm512_mask_storeu_ps(p, m, x);
-}
 
 /* scratch[g * rows + p] = head g's score of row p; heads 16 at a time (lane a of a step: row
  * p0 + a / ng of head g0 + a % ng). */
@@ -337,12 +346,14 @@ AVX512_TARGET static void attn_sweep(const float *q, size_t n_kv, size_t rows, e
 
 /* Several queries a KV head: n_kv heads whose rows fit a tile (n_kv * hp <= HEAD_MAX), each
  * tile of the cache converted once for all its queries; token i's query h's log-normaliser
- * at lse[i * lse_stride + h]. */
-AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
-                                     size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv,
-                                     const void *k, const void *v, size_t stride, size_t hd,
-                                     float scale, const float *sinks, float *scratch,
-                                     float *restrict out, float *lse, size_t lse_stride)
+ * at lse[i * lse_stride + h]. `full` (a constant): heads of whole vectors, whose whole tiles
+ * (16 rows a query reaches) take scores16's and add_values' instances without masks or
+ * branches: in a prompt at length these were a third of the instructions (perf). */
+AVX512_INLINE void tiles_run(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                             size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv,
+                             const void *k, const void *v, size_t stride, size_t hd,
+                             float scale, const float *sinks, float *scratch,
+                             float *restrict out, float *lse, size_t lse_stride, int full)
 {
     const size_t hp = (hd + 15) & ~(size_t)15;
     const size_t nh = n_kv * n_q, nq = n_tok * nh; /* queries a token, in all */
@@ -354,13 +365,15 @@ AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_t
     const __m512 sv = _mm512_set1_ps(scale);
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, n_kv, hd, hp, tile);
+        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, n_kv, hd, hp, tile, full);
         for (size_t qi = 0; qi < nq; qi++) {
             const size_t i = qi / nh, h = qi % nh, reach = n_pos[i];
             if (reach <= p0) /* a prompt's early tokens stop before its later tiles */
                 continue;
             const size_t n = reach - p0 < nr ? reach - p0 : nr;
-            const __m512 s = scores16(kt + h / n_q * gs, ts, n, q + i * q_stride + h * hd, hd);
+            const float *qv = q + i * q_stride + h * hd;
+            const __m512 s = full && n == TILE ? scores16(kt + h / n_q * gs, ts, TILE, qv, hd, 1)
+                                               : scores16(kt + h / n_q * gs, ts, n, qv, hd, 0);
             _mm512_mask_storeu_ps(scratch + qi * rows + p0, first(n), _mm512_mul_ps(s, sv));
         }
     }
@@ -373,14 +386,35 @@ AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_t
     }
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, n_kv, hd, hp, tile);
+        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, n_kv, hd, hp, tile, full);
         for (size_t qi = 0; qi < nq; qi++) {
             const size_t i = qi / nh, h = qi % nh, reach = n_pos[i];
-            if (reach > p0)
-                add_values(scratch + qi * rows + p0, reach - p0 < nr ? reach - p0 : nr,
-                           vt + h / n_q * gs, ts, hd, out + i * q_stride + h * hd);
+            if (reach <= p0)
+                continue;
+            const size_t n = reach - p0 < nr ? reach - p0 : nr;
+            const float *w = scratch + qi * rows + p0;
+            float *o = out + i * q_stride + h * hd;
+            if (full && n == TILE)
+                add_values(w, TILE, vt + h / n_q * gs, ts, hd, o, 1);
+            else
+                add_values(w, n, vt + h / n_q * gs, ts, hd, o, 0);
         }
     }
+}
+
+AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                                     size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv,
+                                     const void *k, const void *v, size_t stride, size_t hd,
+                                     float scale, const float *sinks, float *scratch,
+                                     float *restrict out, float *lse, size_t lse_stride)
+{
+    /* the common case, F16 heads of whole vectors, with its type and masks as constants */
+    if (kv == MVM_W_F16 && hd % 16 == 0)
+        tiles_run(q, q_stride, n_tok, n_q, n_kv, n_pos, MVM_W_F16, k, v, stride, hd, scale,
+                  sinks, scratch, out, lse, lse_stride, 1);
+    else
+        tiles_run(q, q_stride, n_tok, n_q, n_kv, n_pos, kv, k, v, stride, hd, scale, sinks,
+                  scratch, out, lse, lse_stride, 0);
 }
 
 AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_t n_tok,
