@@ -152,7 +152,7 @@ AVX512_INLINE __m512 scores16(const uint8_t *k, size_t stride, size_t nr, const 
 AVX512_INLINE void add_values(const float *w, size_t nr, const uint8_t *v, size_t stride,
                               size_t hd, float *out, int full)
 {
-    if (full)
+    if (full) /* the row count a constant, so that the loop over the rows unrolls */
         nr = 16;
     for (size_t d0 = 0; d0 < hd; d0 += 128) {
         const size_t nv = (hd - d0 >= 128 ? 128 : hd - d0 + 15) / 16;
