@@ -278,6 +278,10 @@ struct rep_result {
     double waited;       /* seconds the steps waited for their copies */
 };
 
+/* Tokens of the untimed depth evaluated at a time: a deep cache takes minutes to fill (100000
+ * positions of OLMoE's shape on two cores), so a terminal is told how far it is after each. */
+#define DEPTH_CHUNK 4096u
+
 /* One repetition of a test on ctx: n tokens at once (gen 0) or one at a time (gen 1), after
  * `depth` tokens evaluated untimed into an empty KV cache. */
 static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, uint32_t n,
@@ -285,11 +289,15 @@ static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, uint32_t 
 {
     mvm_ctx_reset(ctx);
     mvm_status st = MVM_OK;
-    if (depth) {
-        for (uint32_t i = 0; i < depth; i++)
-            r->tokens[i] = random_token(r);
-        if ((st = mvm_ctx_eval(ctx, r->tokens, depth, NULL, 0)) != MVM_OK)
+    for (uint32_t i = 0; i < depth; i++)
+        r->tokens[i] = random_token(r);
+    for (uint32_t at = 0; at < depth; at += DEPTH_CHUNK) {
+        const uint32_t k = depth - at < DEPTH_CHUNK ? depth - at : DEPTH_CHUNK;
+        if ((st = mvm_ctx_eval(ctx, r->tokens + at, k, NULL, 0)) != MVM_OK)
             return st;
+        if (r->progress && depth > DEPTH_CHUNK)
+            fprintf(stderr, "\r%s%u @ d%u: the cache, %u of %u tokens", gen ? "tg" : "pp", n,
+                    depth, at + k, depth);
     }
     for (uint32_t i = 0; i < (gen ? 1 : n); i++)
         r->tokens[i] = random_token(r);
@@ -344,9 +352,9 @@ static int bench_test(struct bench_run *r, int gen, uint32_t n, uint32_t depth,
             return mvm_cli_error("bench", gen ? "generation" : "prompt");
         }
         if (r->progress) /* on a terminal only: a log would fill with the redraws */
-            fprintf(stderr, "\r%s%u%s: %s %u of %u", gen ? "tg" : "pp", n,
-                    depth ? " (after the depth)" : "", rep ? "repetition" : "warm-up",
-                    rep ? rep : 1, rep ? a->reps : 1);
+            fprintf(stderr, "\r%-60s\r%s%u%s%.0u: %s %u of %u", "", gen ? "tg" : "pp", n,
+                    depth ? " @ d" : "", depth, rep ? "repetition" : "warm-up", rep ? rep : 1,
+                    rep ? a->reps : 1);
         if (rep == 0)
             continue;
         double tps = res.seconds > 0 ? n / res.seconds : 0;
@@ -361,7 +369,7 @@ static int bench_test(struct bench_run *r, int gen, uint32_t n, uint32_t depth,
     }
     mvm_ctx_free(ctx);
     if (r->progress)
-        fprintf(stderr, "\r%*s\r", 40, "");
+        fprintf(stderr, "\r%*s\r", 60, "");
     double mean = sum / a->reps;
     double var = a->reps > 1 ? (sum2 - sum * mean) / (a->reps - 1) : 0;
     row.gen = gen;
@@ -427,7 +435,11 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         return rc;
     }
     const uint32_t pp = most(a->n_prompt, a->n_prompts), depth = most(a->n_depth, a->n_depths);
-    const uint32_t n_ids = pp > depth ? pp : depth;
+    const uint32_t n_ids = pp > depth ? pp : depth, tg = most(a->n_gen, a->n_gens);
+    const uint32_t used = (pp > tg ? pp : tg) + depth, trained = r.model->hp.n_ctx_train;
+    if (b == 0 && trained && used > trained) /* as moevm run and llama.cpp warn */
+        fprintf(stderr, "moevm bench: warning: the deepest test reaches %u positions, past the %u "
+                "the model was trained on (context_length)\n", used, trained);
     r.tokens = malloc((n_ids ? n_ids : 1) * sizeof *r.tokens);
     r.logits = malloc(r.model->hp.n_vocab * sizeof *r.logits);
     if (!r.tokens || !r.logits) {
