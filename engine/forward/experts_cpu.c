@@ -8,9 +8,9 @@
  *
  * The partial outputs: unit k of an expert writes its groups' share of the expert's rows
  * into copy k of the step's rows (a slot: a row of n_embd floats, rows slot_stride apart:
- * mvm_k_row_floats), zeroed first; a row's output
- * is then the sum of its expert's copies in unit order. So the sums do not depend on which
- * thread ran which unit, and a run stays bitwise reproducible. The copies come from one
+ * mvm_k_row_floats), zeroed first; a row's output is then the sum of its expert's copies
+ * in unit order. So the sums do not depend on which thread ran which unit, and a run stays
+ * bitwise reproducible. The copies come from one
  * buffer of SLOT_COPIES x n_batch x top-k rows, and an expert is cut into at most as many
  * units as the buffer has copies of the step's rows: per-thread copies of every row
  * (threads x n_batch x top-k x n_embd floats: 268 MiB for OLMoE's shape on 16 threads at a
