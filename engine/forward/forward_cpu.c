@@ -327,14 +327,14 @@ static void attn_run(void *p, int t, int nth)
 static uint32_t split_parts(const struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b,
                             uint32_t n_runs)
 {
+    if (L->swa || n_runs != b->n || b->n > MVM_ATTN_PART_TOKENS || c->m->hp.n_head > c->attn_q)
+        return 0;
     uint32_t most = 0;
     for (uint32_t i = 0; i < b->n; i++)
         most = b->pos[i] + 1 > most ? b->pos[i] + 1 : most;
     uint32_t parts = most / MVM_ATTN_PART_ROWS;
     parts = parts < (uint32_t)c->nth ? parts : (uint32_t)c->nth;
     parts = parts < MVM_ATTN_PARTS_MAX ? parts : MVM_ATTN_PARTS_MAX;
-    if (L->swa || n_runs != b->n || b->n > MVM_ATTN_PART_TOKENS || c->m->hp.n_head > c->attn_q)
-        return 0;
     if (parts >= 2 && c->part_out)
         return parts;
     return b->n >= (uint32_t)c->nth ? 1 : 0;

@@ -423,6 +423,12 @@ AVX512_INLINE int pair_whole(int full, size_t qi, size_t nq, size_t nh, size_t n
            n_pos[(qi + 1) / nh] >= p0 + TILE && (qi % nh) / n_q == ((qi + 1) % nh) / n_q;
 }
 
+/* Where query qi of a tiles call (token qi / nh, head qi % nh) lies in q and out. */
+AVX512_INLINE size_t query_at(size_t qi, size_t nh, size_t q_stride, size_t hd)
+{
+    return qi / nh * q_stride + qi % nh * hd;
+}
+
 /* Several queries a KV head: n_kv heads whose rows fit a tile (n_kv * hp <= HEAD_MAX), each
  * tile of the cache converted once for all its queries; token i's query h's log-normaliser
  * at lse[i * lse_stride + h]. `full` (a constant): heads of whole vectors, whose whole tiles
@@ -450,11 +456,11 @@ AVX512_INLINE void tiles_run(const float *q, size_t q_stride, size_t n_tok, size
             if (reach <= p0) /* a prompt's early tokens stop before its later tiles */
                 continue;
             const size_t n = reach - p0 < nr ? reach - p0 : nr;
-            const float *qv = q + i * q_stride + h * hd;
+            const float *qv = q + query_at(qi, nh, q_stride, hd);
             if (pair_whole(full, qi, nq, nh, n_q, n_pos, p0, nr)) { /* qi and qi + 1 */
-                const size_t i1 = (qi + 1) / nh, h1 = (qi + 1) % nh;
                 __m512 s0, s1;
-                scores16x2(kt + h / n_q * gs, ts, qv, q + i1 * q_stride + h1 * hd, hd, &s0, &s1);
+                scores16x2(kt + h / n_q * gs, ts, qv, q + query_at(qi + 1, nh, q_stride, hd), hd,
+                           &s0, &s1);
                 _mm512_storeu_ps(scratch + qi * rows + p0, _mm512_mul_ps(s0, sv));
                 _mm512_storeu_ps(scratch + (qi + 1) * rows + p0, _mm512_mul_ps(s1, sv));
                 qi++;
@@ -470,22 +476,21 @@ AVX512_INLINE void tiles_run(const float *q, size_t q_stride, size_t n_tok, size
         const float l = softmax16(scratch + qi * rows, n_pos[i], sinks ? sinks[h] : -INFINITY);
         if (lse)
             lse[i * lse_stride + h] = l;
-        memset(out + i * q_stride + h * hd, 0, hd * sizeof *out);
+        memset(out + query_at(qi, nh, q_stride, hd), 0, hd * sizeof *out);
     }
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
         const uint8_t *vt = rows_at(kv, v, stride, p0, nr, n_kv, hd, hp, tile, full);
         for (size_t qi = 0; qi < nq; qi++) {
-            const size_t i = qi / nh, h = qi % nh, reach = n_pos[i];
+            const size_t h = qi % nh, reach = n_pos[qi / nh];
             if (reach <= p0)
                 continue;
             const size_t n = reach - p0 < nr ? reach - p0 : nr;
             const float *w = scratch + qi * rows + p0;
-            float *o = out + i * q_stride + h * hd;
+            float *o = out + query_at(qi, nh, q_stride, hd);
             if (pair_whole(full, qi, nq, nh, n_q, n_pos, p0, nr)) {
-                const size_t i1 = (qi + 1) / nh, h1 = (qi + 1) % nh;
                 add_values2(w, scratch + (qi + 1) * rows + p0, vt + h / n_q * gs, ts, hd, o,
-                            out + i1 * q_stride + h1 * hd);
+                            out + query_at(qi + 1, nh, q_stride, hd));
                 qi++;
                 continue;
             }

@@ -165,8 +165,8 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
  * at one offset, token after token; rows a multiple of 4 KiB apart (OLMoE's n_embd of 2048
  * floats: 8 KiB) fall in one set of the L1 cache, and each token's load of its row waited
  * on the store to the row before it (their addresses' low 12 bits equal): Q8_0 experts of
- * 64 tokens ran at 143 GMAC/s with rows 8 KiB apart, 247 a line further (docs/perf/cpu.md,
- * session 116). */
+ * 64 tokens in tiles ran at 142 GMAC/s with rows 8 KiB apart, 244 a line further
+ * (docs/perf/cpu.md, session 116). */
 static inline size_t mvm_k_row_floats(size_t n)
 {
     const size_t lines = (n * sizeof(float) + 63) / 64;
