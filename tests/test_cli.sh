@@ -89,19 +89,26 @@ fi
 m="$tmp/tiny.gguf"
 expect 0 'mkmodel: tiny qwen3moe' -- "$moevm" mkmodel --arch qwen3moe -o "$m"
 expect 0 'warning: 300 positions exceed the 256 the model was trained on' -- "$moevm" run -m "$m" -p "x" -n 2 --ctx 300
-# The KV cache: F16 by default, in half the bytes of F32 on request; other types refused.
-kv_mib() { "$moevm" run -m "$m" -p x -n 1 --ctx 4096 "$@" 2>&1 | sed -n 's/.*KV cache \([0-9.]*\) MiB (\(f[0-9]*\)).*/\1 \2/p'; }
+# The KV cache: F16 by default, in half the bytes of F32 on request, or Q8_0 in 34 bytes a
+# block of 32 (17/32 of F16's); other types refused.
+kv_mib() { "$moevm" run -m "$m" -p x -n 1 --ctx 8192 "$@" 2>&1 | sed -n 's/.*KV cache \([0-9.]*\) MiB (\([a-z0-9_]*\)).*/\1 \2/p'; }
 read -r kv16 t16 <<<"$(kv_mib)"
 read -r kv32 t32 <<<"$(MOEVM_KV_TYPE=f16 kv_mib --kv-type f32)"
-if [ "$t16" = f16 ] && [ "$t32" = f32 ] && awk -v a="$kv16" -v b="$kv32" 'BEGIN { exit !(a > 0 && b == 2 * a) }'; then
+read -r kv8 t8 <<<"$(kv_mib --kv-type q8_0)"
+if [ "$t16" = f16 ] && [ "$t32" = f32 ] && [ "$t8" = q8_0 ] &&
+    awk -v a="$kv16" -v b="$kv32" -v c="$kv8" 'BEGIN { d = c - 17 / 32 * a; exit !(a > 0 && b == 2 * a && d * d < 0.01) }'; then
     pass=$((pass + 1))
 else
     fail=$((fail + 1))
-    echo "FAIL: KV cache at 4096 positions: '$kv16 $t16' by default, '$kv32 $t32' with --kv-type f32" >&2
+    echo "FAIL: KV cache at 8192 positions: '$kv16 $t16' by default, '$kv32 $t32' with --kv-type f32, '$kv8 $t8' with q8_0" >&2
 fi
 expect 0 'KV cache [0-9.]+ MiB \(f32\)' -- env MOEVM_KV_TYPE=f32 "$moevm" run -m "$m" -p x -n 1
-expect 2 '^moevm run: --kv-type q8_0: expected f16 or f32' -- "$moevm" run -m "$m" -p x --kv-type q8_0
-expect 1 'MOEVM_KV_TYPE=bf16: not valid \(expected one of f16\|f32\)' -- env MOEVM_KV_TYPE=bf16 "$moevm" run -m "$m" -p x
+expect 0 'KV cache [0-9.]+ MiB \(q8_0\)' -- env MOEVM_KV_TYPE=q8_0 "$moevm" run -m "$m" -p x -n 1
+expect 2 '^moevm run: --kv-type q4_0: expected f16, f32 or q8_0' -- "$moevm" run -m "$m" -p x --kv-type q4_0
+expect 1 'MOEVM_KV_TYPE=bf16: not valid \(expected one of f16\|f32\|q8_0\)' -- env MOEVM_KV_TYPE=bf16 "$moevm" run -m "$m" -p x
+# Q8_0 wants heads of whole blocks: the tiny llama's are 16 elements.
+"$moevm" mkmodel --arch llama -o "$tmp/llama.gguf" >/dev/null
+expect 1 'a q8_0 KV cache needs heads of whole blocks of 32 elements, at most 1024; this model.s are 16: use f16' -- "$moevm" run -m "$tmp/llama.gguf" -p x -n 1 --kv-type q8_0
 "$moevm" mkmodel --arch qwen3moe --rope-scaling yarn:4:64 -o "$tmp/yarn.gguf" >/dev/null
 expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$tmp/yarn.gguf" -p "x" -n 2
 "$moevm" mkmodel --arch deepseek2 -o "$tmp/ds.gguf" >/dev/null
@@ -181,14 +188,18 @@ expect 1 'expert space: page size 8.0 TiB: each expert takes whole pages, and [0
 same_text '--n-cpu-moe 99' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 99 -ngl 99
 # llama.cpp's other flags (tools/cli.c's llama_flags): --cpu-moe and -cmoe are --n-cpu-moe
 # for every layer; -fa, --no-mmap and --mlock are accepted with a note (-fa's value
-# checked); -ot, -ctk, -ctv, -ts, -sm and -mg are refused, each with the moevm way to say it.
+# checked); -ctk and -ctv set the KV cache's one type (keys and values alike, so the two
+# must agree); -ot, -ts, -sm and -mg are refused, each with the moevm way to say it.
 # Before, getopt read "-fa on" as -f a and "-ot x" as -o t.
 same_text '--cpu-moe' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --cpu-moe -fa on --no-mmap --mlock
 expect 0 '^moevm run: --cpu-moe: the experts of all 2 MoE layers stay on the CPU' -- "$moevm" run -m "$m" -p x -n 1 -cmoe
 expect 0 '^moevm run: -fa: llama.cpp.s, accepted and ignored: moevm picks its attention' -- "$moevm" run -m "$m" -p x -n 1 -fa auto
 expect 2 '^moevm run: -fa yes: expected on, off or auto' -- "$moevm" run -m "$m" -p x -n 1 -fa yes
 expect 2 '^moevm run: -ot: llama.cpp.s, not taken: moevm places the weights itself.*--cpu-moe' -- "$moevm" run -m "$m" -p x -ot 'ffn_.*_exps=CPU'
-expect 2 '^moevm run: --cache-type-k: llama.cpp.s, not taken: the KV cache.s type is --kv-type' -- "$moevm" run -m "$m" -p x --cache-type-k q8_0
+expect 0 '^moevm run: -ctk: llama.cpp.s, taken for keys and values alike \(moevm.s --kv-type\)' -- "$moevm" run -m "$m" -p x -n 1 -ctk q8_0 -ctv q8_0
+expect 0 'KV cache [0-9.]+ MiB \(q8_0\)' -- "$moevm" run -m "$m" -p x -n 1 --cache-type-v q8_0
+expect 2 '^moevm run: -ctv f16: moevm.s KV cache keeps keys and values in one type, and q8_0 was given before' -- "$moevm" run -m "$m" -p x -ctk q8_0 -ctv f16
+expect 2 '^moevm chat: --cache-type-k q4_0: expected f16, f32 or q8_0' -- "$moevm" chat -m "$m" --cache-type-k q4_0
 expect 2 '^moevm chat: -mg: llama.cpp.s, not taken: the GPU is chosen with MOEVM_DEVICE' -- "$moevm" chat -m "$m" -mg 1
 expect 2 '^moevm bench: -ts: llama.cpp.s, not taken: moevm computes on one GPU a process' -- "$moevm" bench -m "$m" -ts 1,1
 expect 0 '\| host \| 1 \| home \| own \| tg2 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen 2 --repetitions 1 --threads 1 --cpu-moe
@@ -240,6 +251,7 @@ if [ -n "$fake_driver" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         gpu_env="MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
+        expect 1 'a q8_0 KV cache is read by the CPU backend only; the GPU.s attention reads f16 or f32' -- env $gpu_env "$moevm" run -m "$m" -p x -n 1 --kv-type q8_0
         # the spin in effect is said at info (auto: 0 on 2 CPUs, 2000 us from 4 on the cuda backend)
         expect 0 'backend cuda, moves spin 250 us before sleeping' -- env MOEVM_LOG=info MOEVM_MOVE_SPIN=250 MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # the kernels' load times at info, those of no weight type at open and each type's
@@ -500,7 +512,7 @@ fi
 expect 1 'MOEVM_GPU_BUDGET=0: not valid \(expected a size above 0' -- env MOEVM_GPU_BUDGET=0 "$moevm" run -m "$m" -p x -n 1
 expect 1 'MOEVM_EVICT=: not valid \(expected a value, not an empty one; unset it for the default, auto\)' -- env MOEVM_EVICT= "$moevm" run -m "$m" -p x -n 1
 expect 2 '-m MODEL.gguf is required' -- "$moevm" bench -p 8
-expect 2 '--kv-type f8: expected f16 or f32' -- "$moevm" bench -m "$m" --kv-type f8
+expect 2 '--kv-type f8: expected f16, f32 or q8_0' -- "$moevm" bench -m "$m" --kv-type f8
 expect 1 'loading the model: .*trunc.gguf' -- "$moevm" bench -m "$tmp/trunc.gguf" -r 1
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
 expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'

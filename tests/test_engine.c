@@ -681,9 +681,9 @@ static void test_kv_layout(void)
     CHECK_ST(mvm_kv_layout_make(m, 64, 32, MVM_W_F32, &l), MVM_OK);
     CHECK(!l.blocks[0].ring && !l.blocks[2].ring && l.rows == 3 * 64);
     mvm_kv_layout_free(&l);
-    /* F16 elements: the same rows in half the bytes; no other type */
+    /* F16 elements: the same rows in half the bytes; not BF16 */
     CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_F16, &l), MVM_OK);
-    CHECK(l.rows == 100 && l.bytes == 50 * row && l.elt == 2);
+    CHECK(l.rows == 100 && l.bytes == 50 * row);
     mvm_kv_layout_free(&l);
     CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_BF16, &l), MVM_ERR_INVALID);
     mvm_kv_layout_free(&l);
@@ -698,9 +698,16 @@ static void test_kv_layout(void)
     CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row && !strcmp(mvm_ctx_kv_type(c), "f32"));
     mvm_ctx_free(c);
     c = NULL;
+    /* Q8_0: its heads of 32 are whole blocks of 34 bytes, 17/64 of F32's row */
     pol.kv_type = "q8_0";
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_OK);
+    CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row * 17 / 64 &&
+          !strcmp(mvm_ctx_kv_type(c), "q8_0"));
+    mvm_ctx_free(c);
+    c = NULL;
+    pol.kv_type = "q4_0";
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_ERR_INVALID);
-    CHECK(!c && strstr(mvm_last_error(), "KV cache type 'q8_0'"));
+    CHECK(!c && strstr(mvm_last_error(), "KV cache type 'q4_0'"));
     setenv("MOEVM_KV_TYPE", "f8", 1);
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_ERR_OPTION);
     CHECK(!c && strstr(mvm_last_error(), "MOEVM_KV_TYPE"));
@@ -718,6 +725,11 @@ static void test_kv_layout(void)
     CHECK_ST(mvm_kv_layout_make(m, 50, 4, MVM_W_F32, &l), MVM_OK);
     CHECK(l.rows == 50ull * (hp->n_dense + hp->n_layer) &&
           l.bytes == l.rows * (hp->kv_lora + hp->rope.n_rot) * sizeof(float));
+    mvm_kv_layout_free(&l);
+    /* its latent row of 32 + 16 is not whole Q8_0 blocks */
+    CHECK_ST(mvm_kv_layout_make(m, 50, 4, MVM_W_Q8_0, &l), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(),
+                 "whole blocks of 32 elements, at most 1024; this model's are 48"));
     mvm_kv_layout_free(&l);
     mvm_model_free(m);
 }

@@ -1874,6 +1874,55 @@ static void test_attn_wide(void)
     CHECK(wide_differs == 0);
 }
 
+/* A Q8_0 cache (llama.cpp's -ctk/-ctv q8_0): every call gives bit for bit what the same
+ * call gives over an F32 cache holding the dequantized values (which test_attn_heads and
+ * test_attn_wide check against double). Heads of 32 (3 KV heads: a row of 3 blocks), 128
+ * and 576 (DeepSeek's latent row; 3 x 576 wider than MVM_K_ATTN_ROW_MAX: in parts), rows
+ * one block longer than the heads, 1 or 2 queries a KV head (the sweep, the tiles), 1 token
+ * or 5 reaching 30..38 positions (a whole tile and a partial one), sinks and lse; outputs
+ * poisoned, and the rows past a token's positions a block whose scale is NaN, so reading
+ * them shows. */
+static void test_attn_q8(void)
+{
+    enum { NKV = 3, NT = 5, ROWS = 38 };
+    static const size_t dims[] = {32, 128, 576};
+    const uint32_t n_pos[NT] = {30, 31, 36, 37, 38};
+    const float sinks[NKV * 2] = {0.5f, -1.0f, 0.25f, -INFINITY, 1.5f, 0.0f};
+    for (size_t c = 0; c < 3 * 2 * 2; c++) {
+        const size_t hd = dims[c % 3], nq = 1 + (c / 3) % 2, nt = c / 6 ? NT : 1;
+        const size_t stride = NKV * hd + MVM_QBLOCK, n = ROWS * stride, qs = NKV * nq * hd;
+        const size_t qb = mvm_k_row_bytes(MVM_W_Q8_0, n);
+        float *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v), *q = malloc(NT * qs * 4);
+        float *o8 = malloc(NT * qs * 4), *o32 = malloc(NT * qs * 4);
+        float *scratch = malloc(NT * NKV * 2 * ROWS * sizeof *scratch);
+        float lse8[NT * NKV * 2], lse32[NT * NKV * 2];
+        uint8_t *kc = malloc(qb), *vc = malloc(qb);
+        fill(k, n, 2.0f);
+        fill(v, n, 1.0f);
+        fill(q, NT * qs, 1.0f);
+        mvm_k_quantize(MVM_W_Q8_0, k, kc, n);
+        mvm_k_quantize(MVM_W_Q8_0, v, vc, n);
+        mvm_k_dequantize(MVM_W_Q8_0, kc, k, n);
+        mvm_k_dequantize(MVM_W_Q8_0, vc, v, n);
+        /* past the shortest reach, rows only the longer tokens see; past the longest, none */
+        const size_t last = nt == 1 ? n_pos[0] : n_pos[NT - 1];
+        for (size_t b = last * stride / MVM_QBLOCK; b < n / MVM_QBLOCK; b++)
+            ((mvm_block_q8_0 *)kc)[b].d = ((mvm_block_q8_0 *)vc)[b].d = 0x7E00;
+        fill(o8, NT * qs, 1e3f), fill(o32, NT * qs, 1e3f);
+        mvm_k_attn_block(q, qs, nt, nq, NKV, n_pos, MVM_W_F32, k, v, stride, hd, 0.125f, sinks,
+                         scratch, o32, lse32);
+        mvm_k_attn_block(q, qs, nt, nq, NKV, n_pos, MVM_W_Q8_0, kc, vc, stride, hd, 0.125f,
+                         sinks, scratch, o8, lse8);
+        int finite = 1;
+        for (size_t i = 0; i < nt * qs; i++)
+            finite &= isfinite(o8[i]) && o8[i] != 1e3f;
+        CHECK(finite);
+        CHECK(memcmp(o8, o32, nt * qs * sizeof *o8) == 0);
+        CHECK(memcmp(lse8, lse32, nt * NKV * nq * sizeof *lse8) == 0);
+        free(k), free(v), free(q), free(o8), free(o32), free(scratch), free(kc), free(vc);
+    }
+}
+
 /* mvm_k_prepare_act at this level (the AVX-512 levels' vector quantizers) against blocks.h's
  * scalar blocks, bit for bit: random blocks; halves after scaling (Q8_0 rounds them away
  * from zero, Q8_K to even: 127 sets a scale of 1); two elements of the largest magnitude
@@ -2085,6 +2134,7 @@ int main(void)
         RUN(test_attn_heads);
         RUN(test_attn_block);
         RUN(test_attn_wide);
+        RUN(test_attn_q8);
         RUN(test_attn_softmax);
         RUN(test_act_quantizers);
     }

@@ -147,8 +147,6 @@ static const struct {
     {{"-ot", "override-tensor"}, NULL, 1, "moevm places the weights itself: attention and the "
      "dense weights on the GPU, the experts by a byte budget (--cpu-moe: every expert on the "
      "CPU; --n-cpu-moe N; --gpu-budget)"},
-    {{"-ctk", "cache-type-k", "-ctv", "cache-type-v"}, NULL, 1,
-     "the KV cache's type is --kv-type f16 or f32, keys and values alike"},
     {{"-ts", "tensor-split", "-sm", "split-mode"}, NULL, 1, "moevm computes on one GPU a "
      "process (MOEVM_DEVICE); mpirun spreads the experts over several (docs/distributed.md)"},
     {{"-mg", "main-gpu"}, NULL, 1, "the GPU is chosen with MOEVM_DEVICE=N"},
@@ -281,12 +279,23 @@ int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value
     return rc;
 }
 
-int mvm_cli_kv_type(const char *cmd, const char *value, const char **out)
+int mvm_cli_kv_type(const char *cmd, const char *flag, const char *value, const char **out)
 {
-    static const char *const types[] = {"f16", "f32", NULL};
+    static const char *const types[] = {"f16", "f32", "q8_0", NULL};
+    static int noted;
     int i;
-    if (mvm_cli_choice(cmd, "--kv-type", value, types, &i))
+    if (mvm_cli_choice(cmd, flag, value, types, &i))
         return 2;
+    if (strstr(flag, "-ct") || strstr(flag, "cache-type")) { /* llama.cpp's -ctk, -ctv */
+        if (*out && strcmp(*out, types[i])) {
+            fprintf(stderr, "moevm %s: %s %s: moevm's KV cache keeps keys and values in one "
+                    "type, and %s was given before\n", cmd, flag, value, *out);
+            return 2;
+        }
+        if (!noted++)
+            fprintf(stderr, "moevm %s: %s: llama.cpp's, taken for keys and values alike (moevm's "
+                    "--kv-type)\n", cmd, flag);
+    }
     *out = types[i];
     return 0;
 }

@@ -118,13 +118,16 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
 int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value, double lo,
                             double hi, double *out);
 
-/* llama.cpp's GPU options, spelled alike in every command that loads a model, for its
- * option table: -ngl, --gpu-layers, --n-gpu-layers N (mvm_cli_gpu_layers) and --n-cpu-moe,
- * -ncmoe N (mvm_cli_cpu_moe); ngl and cpu_moe are the command's ids for them. */
-#define MVM_CLI_GPU_OPTS(ngl, cpu_moe)                                                        \
+/* llama.cpp's GPU and cache options, spelled alike in every command that loads a model, for
+ * its option table: -ngl, --gpu-layers, --n-gpu-layers N (mvm_cli_gpu_layers), --n-cpu-moe,
+ * -ncmoe N (mvm_cli_cpu_moe) and -ctk, -ctv (--cache-type-k, --cache-type-v: the cache's
+ * type, mvm_cli_kv_type); ngl, cpu_moe and kv are the command's ids for them (kv: its
+ * --kv-type's). */
+#define MVM_CLI_GPU_OPTS(ngl, cpu_moe, kv)                                                    \
     {"-ngl", 0, 1, ngl}, {"gpu-layers", 0, 1, ngl}, {"n-gpu-layers", 0, 1, ngl},             \
     {"n-cpu-moe", 0, 1, cpu_moe}, {"-ncmoe", 0, 1, cpu_moe}, {"cpu-moe", 0, 0, cpu_moe},      \
-    {"-cmoe", 0, 0, cpu_moe}, MVM_CLI_LLAMA_OPTS
+    {"-cmoe", 0, 0, cpu_moe}, {"-ctk", 0, 1, kv}, {"cache-type-k", 0, 1, kv},                 \
+    {"-ctv", 0, 1, kv}, {"cache-type-v", 0, 1, kv}, MVM_CLI_LLAMA_OPTS
 /* llama.cpp's other flags that its users bring along, spelled alike in every command that
  * loads a model (cli.c's llama_flags says what each becomes): the ones moevm has no use for
  * accepted with a note, the ones it cannot honour refused with the moevm way to say it.
@@ -134,8 +137,6 @@ int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value
     {"-fa", 0, 1, MVM_CLI_LLAMA}, {"flash-attn", 0, 1, MVM_CLI_LLAMA},                        \
     {"no-mmap", 0, 0, MVM_CLI_LLAMA}, {"mlock", 0, 0, MVM_CLI_LLAMA},                         \
     {"-ot", 0, 1, MVM_CLI_LLAMA}, {"override-tensor", 0, 1, MVM_CLI_LLAMA},                   \
-    {"-ctk", 0, 1, MVM_CLI_LLAMA}, {"cache-type-k", 0, 1, MVM_CLI_LLAMA},                     \
-    {"-ctv", 0, 1, MVM_CLI_LLAMA}, {"cache-type-v", 0, 1, MVM_CLI_LLAMA},                     \
     {"-ts", 0, 1, MVM_CLI_LLAMA}, {"tensor-split", 0, 1, MVM_CLI_LLAMA},                      \
     {"-sm", 0, 1, MVM_CLI_LLAMA}, {"split-mode", 0, 1, MVM_CLI_LLAMA},                        \
     {"-mg", 0, 1, MVM_CLI_LLAMA}, {"main-gpu", 0, 1, MVM_CLI_LLAMA}
@@ -175,9 +176,12 @@ char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len);
  * "moevm <cmd>: <flag> <value>: expected a, b or c" and 2. */
 int mvm_cli_choice(const char *cmd, const char *flag, const char *value,
                    const char *const *names, int *out);
-/* --kv-type's value: "f16" or "f32" into *out, 0; else "moevm <cmd>: --kv-type <value>:
- * expected f16 or f32" and 2. */
-int mvm_cli_kv_type(const char *cmd, const char *value, const char **out);
+/* The cache's type from --kv-type, or llama.cpp's -ctk / -ctv (flag as typed): "f16", "f32"
+ * or "q8_0" into *out, 0; else "moevm <cmd>: <flag> <value>: expected ..." and 2. moevm's
+ * cache keeps keys and values in one type: -ctk or -ctv sets both, with a note once a
+ * process, and one that differs from the type given before (-ctk q8_0 -ctv f16) is refused
+ * with 2 after a line saying so. */
+int mvm_cli_kv_type(const char *cmd, const char *flag, const char *value, const char **out);
 /* 0 when -m was given; else "moevm <cmd>: -m MODEL.gguf is required ..." and 2. */
 int mvm_cli_need_model(const char *cmd, const char *model);
 /* A policy given as "name" or "name{k=v,...}" (policy/choose.h's mvm_policy_split) for the

@@ -61,7 +61,7 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     case MVM_CLI_E_BUDGET: p->gpu_budget = v; return 0;
     case MVM_CLI_E_NGL: mvm_cli_gpu_layers(c, f); return 0;
     case MVM_CLI_E_CPU_MOE: p->cpu_moe = 1; return mvm_cli_n_cpu_moe(c, f, v, &p->n_cpu_moe);
-    case MVM_CLI_E_KV: return mvm_cli_kv_type(c, v, &p->kv_type);
+    case MVM_CLI_E_KV: return mvm_cli_kv_type(c, f, v, &p->kv_type);
     case MVM_CLI_E_EVICT: return mvm_cli_module(c, f, v, &p->evict);
     case MVM_CLI_E_PREDICT: return mvm_cli_module(c, f, v, &p->predict);
     case MVM_CLI_E_ROUTE: return mvm_cli_module(c, f, v, &p->route);
@@ -100,7 +100,8 @@ void mvm_cli_engine_usage(FILE *f)
             "                  there is one\n"
             "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (README.md lists\n"
             "                  llama.cpp's other flags, taken and ignored or refused)\n"
-            "  --kv-type       f16 or f32 (default MOEVM_KV_TYPE, f16)\n"
+            "  --kv-type, -ctk, -ctv  the KV cache's elements: f16 (default MOEVM_KV_TYPE),\n"
+            "                  f32, or q8_0 (the CPU backend's)\n"
             "  --evict, --predict, --route, --config, --assign  NAME[{k=v,...}]: the policy\n"
             "                  modules (docs/policies.md; default their MOEVM_* options)\n"
             "  --cost          the cost model: a preset or a `moevm calibrate` file\n"

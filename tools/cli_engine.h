@@ -25,7 +25,8 @@ enum {
     {"model", 'm', 1, MVM_CLI_E_MODEL}, {"threads", 't', 1, MVM_CLI_E_THREADS},                 \
     {"ctx-size", 'c', 1, MVM_CLI_E_CTX}, {"ctx", 0, 1, MVM_CLI_E_CTX},                          \
     {"batch-size", 'b', 1, MVM_CLI_E_BATCH}, {"batch", 0, 1, MVM_CLI_E_BATCH},                  \
-    {"gpu-budget", 0, 1, MVM_CLI_E_BUDGET}, MVM_CLI_GPU_OPTS(MVM_CLI_E_NGL, MVM_CLI_E_CPU_MOE),  \
+    {"gpu-budget", 0, 1, MVM_CLI_E_BUDGET},                                                     \
+    MVM_CLI_GPU_OPTS(MVM_CLI_E_NGL, MVM_CLI_E_CPU_MOE, MVM_CLI_E_KV),                           \
     {"kv-type", 0, 1, MVM_CLI_E_KV},                                                            \
     {"evict", 0, 1, MVM_CLI_E_EVICT}, {"predict", 0, 1, MVM_CLI_E_PREDICT},                     \
     {"route", 0, 1, MVM_CLI_E_ROUTE}, {"config", 0, 1, MVM_CLI_E_CONFIG},                       \

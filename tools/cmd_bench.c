@@ -62,7 +62,7 @@ static void usage(FILE *f)
     fputs("usage: moevm bench -m MODEL.gguf [-p N[,...]] [-n N[,...]] [-d N[,...]] [-r REPS]\n"
           "                   [-t THREADS[,...]]\n"
           "                   [--gpu-budget SIZE|PCT[,...] | --n-cpu-moe N[,...]]\n"
-          "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32]\n"
+          "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32|q8_0]\n"
           "                   [--routing TRACE.jsonl] [-o text|csv|json|jsonl]\n"
           "  -m, --model   the GGUF model\n"
           "  -p, --n-prompt  prompt tokens evaluated at once: the ppN test, one for each N of\n"
@@ -88,7 +88,8 @@ static void usage(FILE *f)
           "                llama.cpp's other flags, taken and ignored or refused)\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
           "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
-          "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
+          "  --kv-type, -ctk, -ctv  the KV cache's elements: f16, f32 or q8_0 (default\n"
+          "                MOEVM_KV_TYPE, f16)\n"
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
           "                run --trace-out of a real model, or moevm trace gen) instead of\n"
           "                the router's; the trace must have the model's layers, experts, top-k\n"
@@ -144,7 +145,7 @@ static const mvm_cli_opt bench_opts[] = {
     {"n-gen", 'n', 1, O_GEN},         {"n-depth", 'd', 1, O_DEPTH},
     {"repetitions", 'r', 1, O_REPS},
     {"threads", 't', 1, O_THREADS},   {"gpu-budget", 0, 1, O_BUDGET},
-    MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE), {"evict", 0, 1, O_EVICT},
+    MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE, O_KV_TYPE), {"evict", 0, 1, O_EVICT},
     {"batch", 'b', 1, O_BATCH},       {"batch-size", 0, 1, O_BATCH},
     {"kv-type", 0, 1, O_KV_TYPE},     {"routing", 0, 1, O_ROUTING},
     {"output", 'o', 1, O_OUTPUT},     {"output-format", 0, 1, O_OUTPUT},
@@ -168,7 +169,7 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
         return parse_u32_list(f, v, 0, MVM_CLI_CPU_MOE_ALL, a->cpu_moe, &a->n_cpu_moe);
     case O_EVICT: return mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
     case O_BATCH: return mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
-    case O_KV_TYPE: return mvm_cli_kv_type("bench", v, &a->kv_type);
+    case O_KV_TYPE: return mvm_cli_kv_type("bench", f, v, &a->kv_type);
     case O_OUTPUT: return mvm_cli_choice("bench", f, v, mvm_bench_formats, &a->format);
     }
     return 0;

@@ -56,7 +56,7 @@ static void usage(FILE *f)
             "usage: moevm run -m MODEL.gguf [-p PROMPT | -f FILE | --tokens ID,ID,...] [-n N]\n"
             "                 [-t THREADS] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                 [--repeat-penalty X] [--repeat-last-n N] [-s SEED] [-c N] [-b N]\n"
-            "                 [--kv-type f16|f32] [--gpu-budget SIZE|PCT | --n-cpu-moe N]\n"
+            "                 [--kv-type f16|f32|q8_0] [--gpu-budget SIZE|PCT | --n-cpu-moe N]\n"
             "                 [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
             "                 [--route NAME[{k=v,...}]]\n"
@@ -83,8 +83,9 @@ static void usage(FILE *f)
             "  -s, --seed    the sampling seed (default 42)\n"
             "  -c, --ctx, --ctx-size  KV cache positions (default or 0: prompt + n)\n"
             "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
-            "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
-            "                MOEVM_KV_TYPE, f16)\n"
+            "  --kv-type, -ctk, -ctv  the KV cache's elements, keys and values alike: f16\n"
+            "                (default MOEVM_KV_TYPE, f16), f32, or q8_0 (about half of f16's\n"
+            "                memory; the CPU backend's)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET; on the\n"
             "                CPU, auto reads every expert at its home and a budget emulates a\n"
             "                device: policies to study, copies to pay)\n"
@@ -96,7 +97,7 @@ static void usage(FILE *f)
             "                attention and dense weights always go to the GPU when there is one\n"
             "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (README.md lists\n"
             "                llama.cpp's other flags: -fa, --no-mmap, --mlock taken and ignored;\n"
-            "                -ot, -ctk, -ctv, -ts, -sm, -mg refused, saying what to use)\n"
+            "                -ot, -ts, -sm, -mg refused, saying what to use)\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
             "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
             "  --predict     the predict module whose forecast of the next layer's experts\n"
@@ -159,7 +160,7 @@ static const mvm_cli_opt run_opts[] = {
     {"seed", 's', 1, O_SEED},           {"ctx", 'c', 1, O_CTX},
     {"ctx-size", 0, 1, O_CTX},          {"batch", 'b', 1, O_BATCH},
     {"batch-size", 0, 1, O_BATCH},      {"kv-type", 0, 1, O_KV_TYPE},
-    {"gpu-budget", 0, 1, O_BUDGET},     MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE),
+    {"gpu-budget", 0, 1, O_BUDGET},     MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE, O_KV_TYPE),
     {"evict", 0, 1, O_EVICT},           {"predict", 0, 1, O_PREDICT},
     {"predictor", 0, 1, O_PREDICTOR},   {"route", 0, 1, O_ROUTE},
     {"config", 0, 1, O_CONFIG},         {"assign", 0, 1, O_ASSIGN},
@@ -201,7 +202,7 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_THREADS: return mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
     case O_CTX: return mvm_cli_u32("run", f, v, 0, 1u << 22, &a->ctx);
     case O_BATCH: return mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
-    case O_KV_TYPE: return mvm_cli_kv_type("run", v, &a->kv_type);
+    case O_KV_TYPE: return mvm_cli_kv_type("run", f, v, &a->kv_type);
     case O_SEED: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
     case O_TOP_K: return mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
     case O_TEMP: return mvm_cli_float("run", f, v, 0, 100, &a->temp);

@@ -1,5 +1,5 @@
 /*
- * bench_cpu_attention: one decode step's attention over an F32 and an F16 KV cache
+ * bench_cpu_attention: one decode step's attention over an F32, an F16 and a Q8_0 KV cache
  * (engine/forward/kv_cache.h), one thread, at each SIMD level. A step of one block is every query
  * head attending over the positions so far, keys and values read from rows of kv_dim
  * elements as the engine lays them out: OLMoE's 16 heads of 128 without grouping, a head
@@ -39,13 +39,13 @@ static double step_s(const struct shape *s, enum mvm_wtype kv, const void *kc, c
                      size_t n_pos, const float *q, float *scratch, float *out)
 {
     const size_t kv_dim = s->n_head_kv * s->head_dim, group = s->n_head / s->n_head_kv;
-    const size_t es = kv == MVM_W_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)s->head_dim);
     double best = INFINITY, spent = 0;
     for (int r = 0; r < 3 || spent < 0.2; r++) {
         const double t0 = mvm_bench_thread_s();
         for (size_t h = 0; h < s->n_head; h += s->n_q * s->n_kv) {
-            const size_t off = (h / group) * s->head_dim * es, qd = s->n_head * s->head_dim;
+            const size_t off = mvm_k_row_bytes(kv, (h / group) * s->head_dim);
+            const size_t qd = s->n_head * s->head_dim;
             uint32_t pos[64];
             for (size_t i = 0; i < s->n_tok; i++)
                 pos[i] = (uint32_t)(n_pos - s->n_tok + 1 + i);
@@ -75,7 +75,8 @@ int main(int argc, char **argv)
         {"32 / 4 x 128 (Qwen3-30B-A3B), every group at once", 32, 4, 128, 8, 4, 1},
         {"16 x 128 (OLMoE), a prompt's 32 tokens", 16, 16, 128, 1, 1, 32}};
     printf("| level | heads (query / KV x dim) | positions | KV cache MiB f32 | f32 us | "
-           "f16 us | f16 / f32 | f16 GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+           "f16 us | f16 / f32 | f16 GB/s | q8_0 us | q8_0 / f16 | q8_0 GB/s |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     /* every level but those whose float kernels are the level below's */
     for (int lv = MVM_SIMD_COUNT - 1; lv >= 0; lv--) {
         if (lv == MVM_SIMD_AVX512VNNI || lv == MVM_SIMD_DOTPROD ||
@@ -90,7 +91,9 @@ int main(int argc, char **argv)
             float *out = malloc(nq * 4);
             void *k32 = aligned_alloc(64, n * 4), *v32 = aligned_alloc(64, n * 4);
             void *k16 = aligned_alloc(64, n * 2), *v16 = aligned_alloc(64, n * 2);
-            if (!x || !q || !scratch || !out || !k32 || !v32 || !k16 || !v16) {
+            const size_t b8 = (mvm_k_row_bytes(MVM_W_Q8_0, n) + 63) & ~(size_t)63;
+            void *k8 = aligned_alloc(64, b8), *v8 = aligned_alloc(64, b8);
+            if (!x || !q || !scratch || !out || !k32 || !v32 || !k16 || !v16 || !k8 || !v8) {
                 fprintf(stderr, "bench_cpu_attention: out of memory for %zu positions\n",
                         max_pos);
                 return 1;
@@ -102,17 +105,21 @@ int main(int argc, char **argv)
                     x[i] = mvm_bench_frand(&rng);
                 mvm_k_quantize(MVM_W_F32, x, which ? v32 : k32, n);
                 mvm_k_quantize(MVM_W_F16, x, which ? v16 : k16, n);
+                mvm_k_quantize(MVM_W_Q8_0, x, which ? v8 : k8, n);
             }
             for (size_t n_pos = 512; n_pos <= max_pos; n_pos *= 4) {
                 const double t32 = step_s(s, MVM_W_F32, k32, v32, n_pos, q, scratch, out);
                 const double t16 = step_s(s, MVM_W_F16, k16, v16, n_pos, q, scratch, out);
+                const double t8 = step_s(s, MVM_W_Q8_0, k8, v8, n_pos, q, scratch, out);
                 const double mib = 2.0 * (double)n_pos * kv_dim * 4 / 1048576.0;
-                printf("| %s | %s | %zu | %.1f | %.0f | %.0f | %.2f | %.1f |\n",
+                printf("| %s | %s | %zu | %.1f | %.0f | %.0f | %.2f | %.1f | %.0f | %.2f | "
+                       "%.1f |\n",
                        mvm_k_simd_name((enum mvm_simd)lv), s->name, n_pos, mib, t32 * 1e6,
-                       t16 * 1e6, t16 / t32, mib / 2 * 1048576.0 / t16 / 1e9);
+                       t16 * 1e6, t16 / t32, mib / 2 * 1048576.0 / t16 / 1e9, t8 * 1e6,
+                       t8 / t16, mib * 17 / 64 * 1048576.0 / t8 / 1e9);
             }
             free(x), free(q), free(scratch), free(out), free(k32), free(v32), free(k16),
-                free(v16);
+                free(v16), free(k8), free(v8);
         }
     }
     return 0;

@@ -70,7 +70,7 @@ static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend 
 /* The KV cache's element type: `name`, else MOEVM_KV_TYPE's. */
 static mvm_status kv_type(const char *name, enum mvm_wtype *out)
 {
-    static const char *const choices[] = {"f16", "f32"}; /* MOEVM_KV_TYPE's, in order */
+    static const char *const choices[] = {"f16", "f32", "q8_0"}; /* MOEVM_KV_TYPE's, in order */
     if (!name) {
         mvm_option_value v;
         mvm_status st = mvm_option_read(&mvm_opt_kv_type, &v);
@@ -82,8 +82,10 @@ static mvm_status kv_type(const char *name, enum mvm_wtype *out)
         *out = MVM_W_F16;
     else if (!strcmp(name, "f32"))
         *out = MVM_W_F32;
+    else if (!strcmp(name, "q8_0"))
+        *out = MVM_W_Q8_0;
     else
-        return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16 or f32", name);
+        return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16, f32 or q8_0", name);
     return MVM_OK;
 }
 

@@ -88,7 +88,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         widest = wide[i] > widest ? wide[i] : widest;
     c->act_stride = MVM_ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
-    size_t kv = c->kv->rows * c->kv_dim * c->kv->elt;
+    size_t kv = mvm_kv_bytes(c->kv, c->kv->rows * c->kv_dim);
     int ok = 1;
     c->kc = mvm_buf64(kv, &ok);
     c->vc = hp->kv_lora ? NULL : mvm_buf64(kv, &ok);
@@ -298,8 +298,8 @@ static void attn_run(void *p, int t, int nth)
             n_pos[0] -= first;
         }
         const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, j->b->seq[i0], j->blk);
-        size_t kvo = (mvm_kv_row(kb, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
-                     * c->kv->elt;
+        const size_t kvo = mvm_kv_bytes(c->kv, mvm_kv_row(kb, first) * c->kv_dim +
+                                                   (size_t)(h / group) * hp->head_dim);
         const size_t qo = (size_t)i0 * c->q_dim + (size_t)h * hp->head_dim;
         mvm_k_attn_block(c->q + qo, c->q_dim, nt, j->n_q, 1, n_pos, c->kv->type, c->kc + kvo,
                          c->vc + kvo, c->kv_dim, hp->head_dim, hp->kq_scale,
@@ -358,7 +358,7 @@ static void split_run(void *p, int t, int nth)
             continue;
         }
         const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, j->b->seq[i], j->blk);
-        const size_t kvo = mvm_kv_row(kb, r0) * c->kv_dim * c->kv->elt;
+        const size_t kvo = mvm_kv_bytes(c->kv, mvm_kv_row(kb, r0) * c->kv_dim);
         const int whole = j->parts == 1; /* the token's output itself, its sinks included */
         mvm_k_attn_block(c->q + (size_t)i * c->q_dim, c->q_dim, 1, hp->n_head / hp->n_head_kv,
                          hp->n_head_kv, &len, c->kv->type, c->kc + kvo, c->vc + kvo, c->kv_dim,
@@ -454,7 +454,7 @@ static void mla_run(void *p, int t, int nth)
         const uint32_t i = (uint32_t)(u / units), h0 = (uint32_t)(u % units) * j->n_q;
         /* no window: n_ctx rows, position p in row row0 + p */
         const mvm_kv_block *seq_rows = mvm_kv_seq_block(c->kv, j->b->seq[i], j->blk);
-        const uint8_t *cache = c->kc + seq_rows->row0 * c->kv_dim * c->kv->elt;
+        const uint8_t *cache = c->kc + mvm_kv_bytes(c->kv, seq_rows->row0 * c->kv_dim);
         const size_t at = ((size_t)i * H + h0) * c->lat; /* head h0's of token i */
         for (uint32_t h = h0; h < h0 + j->n_q; h++) {
             const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
@@ -480,7 +480,7 @@ static void mla_run(void *p, int t, int nth)
  * ring's row twice). */
 static void store(struct cpu_fwd *c, uint32_t blk, const mvm_fwd_batch *b)
 {
-    const size_t row = c->kv_dim * c->kv->elt;
+    const size_t row = mvm_kv_bytes(c->kv, c->kv_dim);
     mvm_kv_run runs[MVM_KV_MAX_RUNS];
     for (uint32_t i = 0; i < b->n; i++) {
         const size_t from = (size_t)i * c->kv_dim;

@@ -49,7 +49,7 @@ mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
     size_t B = f->n_batch, H = hp->n_head;
-    size_t kv = f->kv->rows * f->kv_dim * f->kv->elt;
+    size_t kv = mvm_kv_bytes(f->kv, f->kv->rows * f->kv_dim);
     size_t values = H * hp->v_dim > f->q_dim ? H * hp->v_dim : f->q_dim;
     TRY(mvm_cuda_fwd_alloc(f, kv, &f->kc));
     TRY(mvm_cuda_fwd_alloc(f, B * f->q_dim * 4, &f->q));
@@ -107,7 +107,7 @@ static int direct(const struct cuda_fwd *f, uint32_t blk)
  * where), rounded to the cache's type. */
 static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run *r)
 {
-    const size_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
+    const size_t row = mvm_kv_bytes(f->kv, f->kv_dim), src = f->kv_dim * sizeof(float);
     mvm_kv_run runs[MVM_KV_MAX_RUNS];
     const mvm_kv_block *b = run_block(f, r, blk);
     /* a decode graph's token: its row from the position on the device (no ring) */
@@ -231,7 +231,7 @@ static mvm_status qk_rope(struct cuda_fwd *f, const struct dev_block *L, uint32_
     const struct cuda_run *r = f->runs;
     const mvm_kv_block *b = run_block(f, r, blk);
     const mvm_dptr pos = mvm_cuda_fwd_pos(f); /* a decode graph's, on the device */
-    const uint64_t at = (pos ? b->row0 : mvm_kv_row(b, r->pos0)) * f->kv_dim * f->kv->elt;
+    const uint64_t at = mvm_kv_bytes(f->kv, (pos ? b->row0 : mvm_kv_row(b, r->pos0)) * f->kv_dim);
     mvm_g_qk_rope_args a = {.q_in = f->att, .q = f->q, .k = f->k, .v = f->v,
                             .q_norm = L->q_norm,
                             .k_norm = L->k_norm, .kc = f->kc + at, .vc = f->vc + at,
@@ -246,7 +246,7 @@ static mvm_status qk_rope(struct cuda_fwd *f, const struct dev_block *L, uint32_
 static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
-    const uint64_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
+    const uint64_t row = mvm_kv_bytes(f->kv, f->kv_dim), src = f->kv_dim * sizeof(float);
     const int fused = qk_rope_norm(f, L, blk);
     if (direct(f, blk)) {
         const uint64_t at = mvm_kv_row(run_block(f, f->runs, blk), f->runs->pos0) * row;
@@ -339,7 +339,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                           f->q + hp->nope * sizeof(float), hp->head_dim * sizeof(float),
                           hp->rope.n_rot * sizeof(float), (size_t)n * H));
     for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
-        mvm_dptr cache = f->kc + run_block(f, r, blk)->row0 * lat * f->kv->elt;
+        mvm_dptr cache = f->kc + mvm_kv_bytes(f->kv, run_block(f, r, blk)->row0 * lat);
         const uint64_t at = (uint64_t)r->i0 * H * lat_bytes;
         mvm_g_attention_args a = {.q = f->qlat + at, .kc = cache, .vc = cache,
                                   .out = f->olat + at, .part = f->part, .n_tok = r->n,

@@ -199,10 +199,23 @@ static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t
         f->kv_dim = f->lat;
 }
 
+/* The device's attention kernels (kernels/cuda/ops.cu, attention_mma.cu) and its prompt's
+ * cuBLAS path read F16 or F32 rows; a Q8_0 cache is the CPU backend's alone. */
+static mvm_status kv_readable(const mvm_kv_layout *kv)
+{
+    if (kv->type == MVM_W_F16 || kv->type == MVM_W_F32)
+        return MVM_OK;
+    return mvm_fail(MVM_ERR_UNSUPPORTED, "a %s KV cache is read by the CPU backend only; the "
+                    "GPU's attention reads f16 or f32 (MOEVM_KV_TYPE, --kv-type)",
+                    mvm_k_wtype_name(kv->type));
+}
+
 mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
                                       const mvm_kv_layout *kv, int speculates,
                                       uint64_t *weights, uint64_t *rest)
 {
+    *weights = *rest = 0;
+    TRY(kv_readable(kv));
     struct cuda_fwd f = {.sizing = 1, .speculates = speculates};
     set_shape(&f, m, n_ctx, n_batch, kv);
     /* which kernels the context will have; without a driver to ask (the context could not
@@ -264,6 +277,8 @@ void mvm_cuda_fwd_destroy(void *state)
 mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
 {
     const mvm_hparams *hp = &ctx->m->hp;
+    *state = NULL;
+    TRY(kv_readable(&ctx->kv));
     struct cuda_fwd *f = calloc(1, sizeof *f);
     if (!f)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");

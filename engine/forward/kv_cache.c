@@ -14,11 +14,16 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
 {
     const mvm_hparams *hp = &m->hp;
     const uint32_t n_blocks = hp->n_dense + hp->n_layer;
-    *out = (mvm_kv_layout){.type = type, .elt = type == MVM_W_F16 ? 2 : 4, .n_blocks = n_blocks,
-                           .n_seq = 1};
-    if (type != MVM_W_F16 && type != MVM_W_F32)
-        return mvm_fail(MVM_ERR_INVALID, "a KV cache of %s elements: the cache keeps f16 or "
-                        "f32", mvm_k_wtype_name(type));
+    *out = (mvm_kv_layout){.type = type, .n_blocks = n_blocks, .n_seq = 1};
+    if (type != MVM_W_F16 && type != MVM_W_F32 && type != MVM_W_Q8_0)
+        return mvm_fail(MVM_ERR_INVALID, "a KV cache of %s elements: the cache keeps f16, f32 "
+                        "or q8_0", mvm_k_wtype_name(type));
+    /* Q8_0: every head's part of a row whole blocks (MLA's one head: the latent row) */
+    const uint32_t head = hp->kv_lora ? hp->kv_lora + hp->rope.n_rot : hp->head_dim;
+    if (type == MVM_W_Q8_0 && (head % MVM_QBLOCK || head > MVM_K_ATTN_ROW_MAX))
+        return mvm_fail(MVM_ERR_INVALID, "a q8_0 KV cache needs heads of whole blocks of %d "
+                        "elements, at most %d; this model's are %u: use f16", MVM_QBLOCK,
+                        MVM_K_ATTN_ROW_MAX, head);
     out->all = out->blocks = calloc(n_blocks ? n_blocks : 1, sizeof *out->blocks);
     if (!out->all)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the KV cache's layout");
@@ -32,7 +37,7 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
     /* MLA keeps one latent row per position, [kv_lora, rope]; the others keys and values */
     const uint64_t row = hp->kv_lora ? (uint64_t)hp->kv_lora + hp->rope.n_rot
                                      : 2 * (uint64_t)hp->n_head_kv * hp->head_dim;
-    out->bytes = out->rows * row * out->elt;
+    out->bytes = out->rows * mvm_kv_bytes(out, row);
     return MVM_OK;
 }
 

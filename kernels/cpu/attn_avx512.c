@@ -17,6 +17,11 @@
  *   - where two queries of one KV head both reach a whole tile (F16 heads of whole
  *     vectors), they take it together, each row's load used for both (scores16x2,
  *     add_values2): a prompt's 32 tokens 4-5% faster, Qwen3's groups 8-10%.
+ *   - a Q8_0 cache's blocks are converted as they are read (ldkv: the scale times the
+ *     quants, the products mvm_k_dequantize rounds), so the tiles and the sweep compute
+ *     what an F32 cache of those values gives; at length, where decode reads the cache
+ *     from memory, 53% of F16's bytes: OLMoE's tg32 at 4096 positions 1.6x faster in the
+ *     engine, the same within noise at 512 (docs/perf/cpu.md, session 117).
  * One query a KV head (decode without grouped heads) takes no tiles: attn_sweep, below,
  * reads the cache in place in row order.
  * Each query's arithmetic is the same whatever the other queries of the call are (the
@@ -62,13 +67,25 @@ AVX512_INLINE void prefetch_tile(const uint8_t *p, size_t stride, size_t bytes)
             _mm_prefetch((const char *)p + r * stride + o, _MM_HINT_T1);
 }
 
-/* load16 and the float loads and stores, without their masks where the head is whole
- * vectors (`full`, a constant in each instance of the sweeps and the tiles, as the type is
- * in the F16 ones): the same values, but an unmasked store forwards to the load of the next
- * row's step, an unmasked F16 load folds into its conversion, and the loops have no
- * branches on the type or the shape (perf put a third of the sweep's samples on them). */
-AVX512_INLINE __m512 ld16(enum mvm_wtype t, const uint8_t *p, __mmask16 m, int full)
+/* Elements e .. e + 15 of a cache's row (or a part of one) at `row` as F32: load16 and the
+ * float loads and stores, without their masks where the head is whole vectors (`full`, a
+ * constant in each instance of the sweeps and the tiles, as the type is in the F16 and Q8_0
+ * ones): the same values, but an unmasked store forwards to the load of the next row's
+ * step, an unmasked F16 load folds into its conversion, and the loops have no branches on
+ * the type or the shape (perf put a third of the sweep's samples on them). Q8_0 (e a
+ * multiple of 16: its heads are whole blocks, never masked): the block's scale times its
+ * quants, the product mvm_k_dequantize rounds, so the tiles hold the values an F32 cache
+ * would. */
+AVX512_INLINE __m512 ldkv(enum mvm_wtype t, const uint8_t *row, size_t e, __mmask16 m, int full)
 {
+    if (t == MVM_W_Q8_0) {
+        const mvm_block_q8_0 *b =
+            (const mvm_block_q8_0 *)(const void *)row + e / MVM_QBLOCK; /* 2-byte aligned */
+        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b->qs + e % MVM_QBLOCK));
+        return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_set1_epi16((short)b->d)),
+                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+    const uint8_t *p = row + e * (t == MVM_W_F32 ? 4 : 2);
     if (!full)
         return load16(t, p, m);
     if (t == MVM_W_F16)
@@ -95,13 +112,11 @@ AVX512_INLINE void stf(float *p, __mmask16 m, __m512 x, int full)
 AVX512_INLINE void rows_tile(enum mvm_wtype t, const uint8_t *src, size_t stride, size_t nr,
                              size_t n_kv, size_t hd, size_t hp, float *dst, int full)
 {
-    const size_t es = t == MVM_W_F32 ? 4 : 2;
     for (size_t r = 0; r < nr; r++)
         for (size_t g = 0; g < n_kv; g++)
             for (size_t d0 = 0; d0 < hp; d0 += 16)
                 _mm512_store_ps(dst + (r * n_kv + g) * hp + d0,
-                                ld16(t, src + r * stride + (g * hd + d0) * es, first(hd - d0),
-                                     full));
+                                ldkv(t, src + r * stride, g * hd + d0, first(hd - d0), full));
 }
 
 /* Lane r of the result: the sum of acc[r]'s 16 lanes, in a fixed tree (pairs of lanes, then
@@ -304,7 +319,7 @@ AVX512_INLINE const uint8_t *rows_at(enum mvm_wtype kv, const void *base, size_t
                                      float *tile, int full)
 {
     const uint8_t *p = (const uint8_t *)base + p0 * stride;
-    prefetch_tile(p + AHEAD * TILE * stride, stride, n_kv * hd * (kv == MVM_W_F32 ? 4 : 2));
+    prefetch_tile(p + AHEAD * TILE * stride, stride, mvm_k_row_bytes(kv, n_kv * hd));
     rows_tile(kv, p, stride, nr, n_kv, hd, hp, tile, full);
     return (const uint8_t *)tile;
 }
@@ -327,7 +342,7 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
                                 size_t rows, size_t n_kv, size_t hd, const float *q,
                                 float scale, float *scratch, int full)
 {
-    const size_t es = kv == MVM_W_F32 ? 4 : 2, bytes = n_kv * hd * es;
+    const size_t bytes = mvm_k_row_bytes(kv, n_kv * hd);
     const size_t R = n_kv >= 16 ? 1 : 16 / n_kv < SWEEP_ROWS ? 16 / n_kv : SWEEP_ROWS;
     const __m512 sv = _mm512_set1_ps(scale);
     /* lane a's place in scratch: head a % ng0, row a / ng0 of the step (ng0 heads a group;
@@ -343,7 +358,7 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
                 _mm_prefetch((const char *)k + (p0 + r + SWEEP_AHEAD) * stride + o, _MM_HINT_T0);
         for (size_t g0 = 0; g0 < n_kv; g0 += 16) {
             const size_t ng = n_kv - g0 < 16 ? n_kv - g0 : 16;
-            const uint8_t *row = k + p0 * stride + g0 * hd * es;
+            const uint8_t *row = k + p0 * stride;
             /* lane by lane (the row's heads in order), each lane's sum over d in order */
             __m512 acc[16];
 #pragma GCC unroll 16
@@ -352,11 +367,12 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
                 if (a >= nr * ng)
                     continue;
                 const float *qa = q + (g0 + a % ng) * hd;
-                const uint8_t *ka = row + (a / ng) * stride + (a % ng) * hd * es;
+                const uint8_t *ka = row + (a / ng) * stride;
+                const size_t e = (g0 + a % ng) * hd;
                 for (size_t d0 = 0; d0 < hd; d0 += 16) {
                     const __mmask16 m = first(hd - d0);
-                    acc[a] = _mm512_fmadd_ps(ldf(qa + d0, m, full), ld16(kv, ka + d0 * es, m, full),
-                                             acc[a]);
+                    acc[a] = _mm512_fmadd_ps(ldf(qa + d0, m, full),
+                                             ldkv(kv, ka, e + d0, m, full), acc[a]);
                 }
             }
             const __m512i to = _mm512_add_epi32(_mm512_load_si512(at),
@@ -372,17 +388,17 @@ AVX512_INLINE void sweep_values(enum mvm_wtype kv, const uint8_t *v, size_t stri
                                 size_t rows, size_t n_kv, size_t hd, const float *w,
                                 float *out, int full)
 {
-    const size_t es = kv == MVM_W_F32 ? 4 : 2;
+    const size_t bytes = mvm_k_row_bytes(kv, n_kv * hd);
     for (size_t p = 0; p < rows; p++) {
         const uint8_t *row = v + p * stride;
-        for (size_t o = 0; o < n_kv * hd * es; o += 64)
+        for (size_t o = 0; o < bytes; o += 64)
             _mm_prefetch((const char *)row + SWEEP_AHEAD * stride + o, _MM_HINT_T0);
         for (size_t g = 0; g < n_kv; g++) {
             const __m512 wg = _mm512_set1_ps(w[g * rows + p]);
             for (size_t d0 = 0; d0 < hd; d0 += 16) {
                 const __mmask16 m = first(hd - d0);
                 float *o = out + g * hd + d0;
-                stf(o, m, _mm512_fmadd_ps(wg, ld16(kv, row + (g * hd + d0) * es, m, full),
+                stf(o, m, _mm512_fmadd_ps(wg, ldkv(kv, row, g * hd + d0, m, full),
                                           ldf(o, m, full)), full);
             }
         }
@@ -395,10 +411,13 @@ AVX512_TARGET static void attn_sweep(const float *q, size_t n_kv, size_t rows, e
                                      float scale, const float *sinks, float *scratch,
                                      float *restrict out, float *lse)
 {
-    /* the common case, F16 heads of whole vectors, with its type and masks as constants */
-    const int f16 = kv == MVM_W_F16 && hd % 16 == 0;
+    /* the common cases, F16 heads of whole vectors and Q8_0 (whole blocks), with their
+     * type and masks as constants */
+    const int f16 = kv == MVM_W_F16 && hd % 16 == 0, q8 = kv == MVM_W_Q8_0;
     if (f16)
         sweep_scores(MVM_W_F16, k, stride, rows, n_kv, hd, q, scale, scratch, 1);
+    else if (q8)
+        sweep_scores(MVM_W_Q8_0, k, stride, rows, n_kv, hd, q, scale, scratch, 1);
     else
         sweep_scores(kv, k, stride, rows, n_kv, hd, q, scale, scratch, 0);
     for (size_t g = 0; g < n_kv; g++) {
@@ -409,6 +428,8 @@ AVX512_TARGET static void attn_sweep(const float *q, size_t n_kv, size_t rows, e
     }
     if (f16)
         sweep_values(MVM_W_F16, v, stride, rows, n_kv, hd, scratch, out, 1);
+    else if (q8)
+        sweep_values(MVM_W_Q8_0, v, stride, rows, n_kv, hd, scratch, out, 1);
     else
         sweep_values(kv, v, stride, rows, n_kv, hd, scratch, out, 0);
 }
@@ -508,9 +529,13 @@ AVX512_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_t
                                      float scale, const float *sinks, float *scratch,
                                      float *restrict out, float *lse, size_t lse_stride)
 {
-    /* the common case, F16 heads of whole vectors, with its type and masks as constants */
+    /* the common cases, F16 heads of whole vectors and Q8_0, with their type and masks as
+     * constants */
     if (kv == MVM_W_F16 && hd % 16 == 0)
         tiles_run(q, q_stride, n_tok, n_q, n_kv, n_pos, MVM_W_F16, k, v, stride, hd, scale,
+                  sinks, scratch, out, lse, lse_stride, 1);
+    else if (kv == MVM_W_Q8_0)
+        tiles_run(q, q_stride, n_tok, n_q, n_kv, n_pos, MVM_W_Q8_0, k, v, stride, hd, scale,
                   sinks, scratch, out, lse, lse_stride, 1);
     else
         tiles_run(q, q_stride, n_tok, n_q, n_kv, n_pos, kv, k, v, stride, hd, scale, sinks,
@@ -524,10 +549,11 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
                                           const float *sinks, float *scratch,
                                           float *restrict out, float *lse)
 {
-    const size_t hp = (head_dim + 15) & ~(size_t)15, es = kv == MVM_W_F32 ? 4 : 2;
-    if ((kv != MVM_W_F32 && kv != MVM_W_F16 && kv != MVM_W_BF16) || hp > HEAD_MAX)
+    const size_t hp = (head_dim + 15) & ~(size_t)15;
+    if ((kv != MVM_W_F32 && kv != MVM_W_F16 && kv != MVM_W_BF16 && kv != MVM_W_Q8_0) ||
+        hp > HEAD_MAX)
         return 0;
-    const size_t stride = kv_stride * es;
+    const size_t stride = mvm_k_row_bytes(kv, kv_stride), hb = mvm_k_row_bytes(kv, head_dim);
     if (n_tok * n_q == 1) { /* the cache read in place: every head in one stream */
         attn_sweep(q, n_kv, n_pos[0], kv, k, v, stride, head_dim, scale, sinks, scratch, out,
                    lse);
@@ -537,8 +563,8 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     const size_t part = HEAD_MAX / hp, qs = n_q * head_dim;
     for (size_t g = 0; g < n_kv; g += part)
         attn_tiles(q + g * qs, q_stride, n_tok, n_q, n_kv - g < part ? n_kv - g : part, n_pos,
-                   kv, (const uint8_t *)k + g * head_dim * es,
-                   (const uint8_t *)v + g * head_dim * es, stride, head_dim, scale,
+                   kv, (const uint8_t *)k + g * hb, (const uint8_t *)v + g * hb, stride, head_dim,
+                   scale,
                    sinks ? sinks + g * n_q : NULL, scratch, out + g * qs,
                    lse ? lse + g * n_q : NULL, n_kv * n_q);
     return 1;

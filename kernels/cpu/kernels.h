@@ -212,7 +212,9 @@ void mvm_k_swiglu(float *x, const float *y, size_t n);
 /* n_q attention heads that share their keys and values (a GQA group, or MLA's heads over
  * the latent rows), one query each: head j's query at q + j*head_dim, its output at
  * out + j*head_dim; keys/values of positions 0..n_pos-1 at k + p*kv_stride and
- * v + p*kv_stride elements of type kv (the KV cache's: F32 or F16); scores = q·k * scale,
+ * v + p*kv_stride elements of type kv (the KV cache's: F32, F16 or Q8_0, whose heads are
+ * whole blocks, head_dim a multiple of 32 up to MVM_K_ATTN_ROW_MAX, read as the F32 values
+ * they hold: bit for bit what an F32 cache of those values gives); scores = q·k * scale,
  * softmax, out = Σ p v. sinks: n_q logits that take their share of each head's softmax and
  * add no value (gpt-oss's attention sinks), or NULL. scratch holds n_q * n_pos floats.
  * Each row is read from memory once for all n_q heads (a long context's cache is larger than

@@ -194,10 +194,15 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                                                    v, kv_stride, head_dim, scale, sinks,
                                                    scratch, out, lse))
         return;
-    /* the portable way: the level's dot product per query and row, its axpy per weight */
-    const mvm_k_dot_fn dot = mvm_k_kernels->dot[kv];
-    const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[kv];
-    const size_t es = kv == MVM_W_F16 ? 2 : 4, stride = kv_stride * es, nh = n_kv * n_q;
+    /* the portable way: the level's dot product per query and row, its axpy per weight; a
+     * Q8_0 cache's heads converted to F32 once a row for all their queries (as an F32
+     * cache holding its values, bit for bit) */
+    const int q8 = kv == MVM_W_Q8_0;
+    const mvm_k_dot_fn dot = mvm_k_kernels->dot[q8 ? MVM_W_F32 : kv];
+    const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[q8 ? MVM_W_F32 : kv];
+    const size_t stride = mvm_k_row_bytes(kv, kv_stride), nh = n_kv * n_q;
+    const size_t hb = mvm_k_row_bytes(kv, head_dim); /* a head's part of a row */
+    float head[MVM_K_ATTN_ROW_MAX];
     size_t rows = 0; /* the longest query's */
     for (size_t i = 0; i < n_tok; i++)
         rows = n_pos[i] > rows ? n_pos[i] : rows;
@@ -205,11 +210,15 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
      * query (i, h)'s scores at scratch + (i * nh + h) * rows, h = g * n_q + j reading KV head
      * g = h / n_q */
     for (size_t p = 0; p < rows; p++)
-        for (size_t i = 0; i < n_tok; i++)
-            for (size_t h = 0; p < n_pos[i] && h < nh; h++)
-                scratch[(i * nh + h) * rows + p] =
-                    dot((const uint8_t *)k + p * stride + h / n_q * head_dim * es,
-                        q + i * q_stride + h * head_dim, head_dim) * scale;
+        for (size_t g = 0; g < n_kv; g++) {
+            const void *kg = (const uint8_t *)k + p * stride + g * hb;
+            if (q8)
+                mvm_k_dequantize(kv, kg, head, head_dim), kg = head;
+            for (size_t i = 0; i < n_tok; i++)
+                for (size_t h = g * n_q; p < n_pos[i] && h < (g + 1) * n_q; h++)
+                    scratch[(i * nh + h) * rows + p] =
+                        dot(kg, q + i * q_stride + h * head_dim, head_dim) * scale;
+        }
     for (size_t i = 0; i < n_tok; i++)
         for (size_t h = 0; h < nh; h++) {
             const float l = mvm_k_softmax_sink(scratch + (i * nh + h) * rows, n_pos[i],
@@ -220,11 +229,15 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                 out[i * q_stride + h * head_dim + d] = 0;
         }
     for (size_t p = 0; p < rows; p++)
-        for (size_t i = 0; i < n_tok; i++)
-            for (size_t h = 0; p < n_pos[i] && h < nh; h++)
-                axpy((const uint8_t *)v + p * stride + h / n_q * head_dim * es,
-                     scratch[(i * nh + h) * rows + p], out + i * q_stride + h * head_dim,
-                     head_dim);
+        for (size_t g = 0; g < n_kv; g++) {
+            const void *vg = (const uint8_t *)v + p * stride + g * hb;
+            if (q8)
+                mvm_k_dequantize(kv, vg, head, head_dim), vg = head;
+            for (size_t i = 0; i < n_tok; i++)
+                for (size_t h = g * n_q; p < n_pos[i] && h < (g + 1) * n_q; h++)
+                    axpy(vg, scratch[(i * nh + h) * rows + p], out + i * q_stride + h * head_dim,
+                         head_dim);
+        }
 }
 
 void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,

@@ -135,15 +135,18 @@ class Config:
     # K-quants. Off for the reference; on to follow the engine's routing where activation
     # rounding moves a token across a top-k boundary, and to calibrate tolerances.
     act_quant: bool = False
-    # The engine's KV cache keeps F16 elements (its default, MOEVM_KV_TYPE): keys and values
-    # (MLA: the normed latent and the rotated k_pe) rounded to F16 as they are stored, from
-    # the F32 the engine computes them in.
-    kv_f16: bool = False
+    # The engine's KV cache type (MOEVM_KV_TYPE): "f32"; "f16" (its default), keys and
+    # values (MLA: the normed latent and the rotated k_pe, one row) rounded to F16 as they
+    # are stored, from the F32 the engine computes them in; or "q8_0", each row quantized
+    # by blocks of 32 (q8_0_roundtrip, llama.cpp's -ctk q8_0).
+    kv: str = "f32"
 
 
 def kv_round(cfg, x):
-    """x as the engine's KV cache keeps it: F16 from F32 with kv_f16, else as it is."""
-    return x.astype(np.float32).astype(np.float16).astype(np.float64) if cfg.kv_f16 else x
+    """x (..., row elements) as the engine's KV cache keeps it (Config.kv)."""
+    if cfg.kv == "f16":
+        return x.astype(np.float32).astype(np.float16).astype(np.float64)
+    return q8_0_roundtrip(x) if cfg.kv == "q8_0" else x
 
 
 class Model:
@@ -456,10 +459,11 @@ def mla_attention(model, il, h, pos):
         q = model.linear(p + "attn_q.weight", h)
     q = q.reshape(T, H, nope + rot)
     kv = model.linear(p + "attn_kv_a_mqa.weight", h)
-    c = kv_round(cfg, rmsnorm(kv[:, :R], w[p + "attn_kv_a_norm.weight"], cfg.eps))
+    c = rmsnorm(kv[:, :R], w[p + "attn_kv_a_norm.weight"], cfg.eps)
     neox = cfg.rules.rope_neox
-    k_pe = kv_round(cfg, rope(kv[:, None, R:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling,
-                              unit=True))
+    k_pe = rope(kv[:, None, R:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling, unit=True)
+    row = kv_round(cfg, np.concatenate([c, k_pe[:, 0]], axis=-1))  # one cache row, [c, k_pe]
+    c, k_pe = row[:, :R], row[:, None, R:]
     q_pe = rope(q[..., nope:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling, unit=True)
     if p + "attn_kv_b.weight" in w:
         kvb = w[p + "attn_kv_b.weight"].reshape(H, nope + vd, R)

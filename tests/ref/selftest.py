@@ -213,9 +213,10 @@ def write_model(path, arch, w, wtype="f32", d=None, version=3, alignment=32, ext
 
 # ---- a second, naive implementation -------------------------------------------------------
 
-def naive_forward(model, tokens, routing=None, kv_f16=False):
-    """Token by token with a KV cache (kv_f16: of IEEE halves, numpy's, rounded from F32),
-    one head and one expert at a time; routing as moe_ref.forward's."""
+def naive_forward(model, tokens, routing=None, kv="f32"):
+    """Token by token with a KV cache (kv: "f32"; "f16", of IEEE halves, numpy's, rounded
+    from F32; "q8_0", each head's blocks of 32 through quantize() and gguf_read's
+    dequantizer), one head and one expert at a time; routing as moe_ref.forward's."""
     cfg, w, r = model.cfg, model.w, model.cfg.rules
     hd, group = cfg.head_dim, cfg.n_head // cfg.n_head_kv
 
@@ -231,7 +232,10 @@ def naive_forward(model, tokens, routing=None, kv_f16=False):
         return v
 
     def store(t):
-        return t.astype(np.float32).astype(np.float16).astype(np.float64) if kv_f16 else t
+        if kv == "q8_0":
+            return gr.dequantize(gr.GGML_Q8_0, np.frombuffer(quantize(gr.GGML_Q8_0, t), np.uint8),
+                                 t.size)
+        return t.astype(np.float32).astype(np.float16).astype(np.float64) if kv == "f16" else t
 
     def ffn(g, u, dn, h):
         a, b = g @ h, u @ h
@@ -507,15 +511,20 @@ def test_forward_matches_naive(tmp):
         assert err < 1e-12, (arch, err)
 
 
-def test_kv_f16(tmp):
-    """Config.kv_f16: the whole-sequence reference equals a cache of halves token by token,
-    and differs from the F32 cache's logits by the rounding only."""
+def test_kv_rounded(tmp):
+    """Config.kv: the whole-sequence reference equals a cache of halves, or of Q8_0 blocks
+    (on heads of 32, whole blocks, as the engine requires), token by token, and differs
+    from the F32 cache's logits by the rounding only."""
     tokens = [3, 50, 7, 7, 91, 12, 40]
     for arch in BUILT:
-        m = _model(tmp, arch)
-        half = moe_ref.forward(m.replace(kv_f16=True), tokens)
-        assert rel(half, naive_forward(m, tokens, kv_f16=True)) < 1e-12, arch
-        assert 1e-6 < rel(half, moe_ref.forward(m, tokens)) < 1e-2, arch
+        d = dict(tiny(arch), head_dim=32)
+        path = os.path.join(tmp, f"{arch}-hd32.gguf")
+        write_model(path, arch, random_weights(arch, 7, d), d=d)
+        for kv, m, most in (("f16", _model(tmp, arch), 1e-2),
+                            ("q8_0", moe_ref.load_model(path), 1e-1)):
+            got = moe_ref.forward(m.replace(kv=kv), tokens)
+            assert rel(got, naive_forward(m, tokens, kv=kv)) < 1e-12, (arch, kv)
+            assert 1e-6 < rel(got, moe_ref.forward(m, tokens)) < most, (arch, kv)
 
 
 def test_file_types(tmp):
