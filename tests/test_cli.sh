@@ -433,7 +433,7 @@ expect 1 'config hot: on the host backend with no budget .* nothing to divide' -
 
 # bench: a row per thread count, budget and test, each with its figures; then bad input.
 "$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1,2 --gpu-budget 50%,100% >"$tmp/bench" 2>"$tmp/bench.err"
-row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| own \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \| [0-9.]+% \|$'
+row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| own \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \| [0-9.]+% \| f16 \|$'
 if [ "$(grep -Ec "$row" "$tmp/bench")" -eq 8 ] && [ "$(wc -l <"$tmp/bench")" -eq 10 ] &&
    [ "$(grep -Ec '\| 1 \| 0\.03 \| own \| pp8 ' "$tmp/bench")" -eq 1 ] &&
    [ "$(grep -Ec '\| 2 \| 0\.03 \| own \| tg4 ' "$tmp/bench")" -eq 1 ]; then
@@ -458,7 +458,8 @@ else
     echo "FAIL: moevm_budget_mib / matched_budget_mib: $matched" >&2
 fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
-expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \| - \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
+expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \| - \| f16 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
+expect 0 '\| host \| 2 \| home \| own \| tg4 \| .* \| q8_0 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2 -ctk q8_0 -ctv q8_0
 # llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB
 expect 0 '\| host \| 1 \| 0\.02 \| own \| tg4 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen=4 --repetitions 1 --threads 1 -b 8 --n-cpu-moe 1 -ngl 99
 expect 2 'bench: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" bench -m "$m" --gpu-budget 50% --n-cpu-moe 1
@@ -477,7 +478,7 @@ fi
         echo "{\"req\":0,\"tok\":$t,\"layer\":$l,\"scores\":[0.4,0.3,0.05,0.05,0.05,0.05,0.05,0.05],\"experts\":[0,1],\"weights\":[0.57142857,0.42857143]}"
     done; done
 } >"$tmp/two.jsonl"
-expect 0 '\| 0\.01 \| replay \| tg8 \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \| [0-9.]+% \|$' -- "$moevm" bench -m "$m" -p 0 -n 8 -r 2 --gpu-budget 25% --routing "$tmp/two.jsonl"
+expect 0 '\| 0\.01 \| replay \| tg8 \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \| [0-9.]+% \| f16 \|$' -- "$moevm" bench -m "$m" -p 0 -n 8 -r 2 --gpu-budget 25% --routing "$tmp/two.jsonl"
 "$moevm" trace gen --shape 3,8,2 --tokens 8 -o "$tmp/three.jsonl" >/dev/null
 expect 2 'routing .*three.jsonl: the trace routes 3 layers of 8 experts, top 2 \(8 tokens\); the model has 2 MoE layers of 8 experts, top 2' -- "$moevm" bench -m "$m" -n 2 -r 1 --routing "$tmp/three.jsonl"
 expect 1 'bench: --routing: .*nope.jsonl' -- "$moevm" bench -m "$m" -n 2 -r 1 --routing "$tmp/nope.jsonl"
@@ -859,8 +860,8 @@ import csv, sys
 rows = list(csv.reader(sys.stdin))
 head = rows[0]
 assert head == ["model_filename", "arch", "experts_type", "experts_gib", "backend", "n_threads",
-                "budget_gib", "routing", "test", "n_prompt", "n_gen", "n_depth", "repetitions", "avg_ts",
-                "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"], head
+                "budget_gib", "routing", "type_k", "type_v", "test", "n_prompt", "n_gen", "n_depth",
+                "repetitions", "avg_ts", "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"], head
 rows = [dict(zip(head, r)) for r in rows[1:]]
 assert [r["test"] for r in rows] == ["pp8", "tg4", "pp8", "tg4"], rows
 for r in rows:
@@ -868,6 +869,7 @@ for r in rows:
               "avg_ts", "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"):
         float(r[k])
     assert r["arch"] == "qwen3moe" and r["n_threads"] == "1" and float(r["avg_ts"]) > 0
+    assert r["type_k"] == r["type_v"] == "f16"
     assert 0 <= float(r["hit_rate"]) <= 1 and r["repetitions"] == "2"
     assert 0 <= float(r["load_wait"]) <= 1
 assert (rows[0]["n_prompt"], rows[0]["n_gen"], rows[1]["n_prompt"], rows[1]["n_gen"]) == ("8", "0", "0", "4")

@@ -9,9 +9,9 @@ const char *const mvm_bench_formats[] = {"text", "csv", "json", "jsonl", "md", N
 /* The CSV's and the JSON's fields, in this order; the table shows them as people read
  * them (a test's name, the hit rate in percent, the budget "home"). */
 static const char csv_header[] =
-    "model_filename,arch,experts_type,experts_gib,backend,n_threads,budget_gib,routing,test,"
-    "n_prompt,n_gen,n_depth,repetitions,avg_ts,stddev_ts,hit_rate,mib_moved_per_token,"
-    "load_wait\n";
+    "model_filename,arch,experts_type,experts_gib,backend,n_threads,budget_gib,routing,type_k,"
+    "type_v,test,n_prompt,n_gen,n_depth,repetitions,avg_ts,stddev_ts,hit_rate,"
+    "mib_moved_per_token,load_wait\n";
 
 /* llama-bench's: "tg128", and "tg128 @ d4096" after a cache of 4096 tokens. */
 static void test_name(const mvm_bench_row *r, char *buf, size_t cap)
@@ -53,6 +53,8 @@ static void write_csv(FILE *f, const mvm_bench_row *r)
     fprintf(f, "%d,", r->threads);
     csv_number(f, r->budget_gib, ",");
     csv_string(f, r->routing);
+    csv_string(f, r->kv); /* llama-bench's type_k and type_v: one type here */
+    csv_string(f, r->kv);
     csv_string(f, test);
     fprintf(f, "%u,%u,%u,%u,", r->gen ? 0 : r->n_tokens, r->gen ? r->n_tokens : 0, r->n_depth,
             r->reps);
@@ -87,6 +89,8 @@ static char *json_record(const mvm_bench_row *r, int one_line)
     cJSON_AddNumberToObject(o, "n_threads", r->threads);
     json_number(o, "budget_gib", r->budget_gib);
     cJSON_AddStringToObject(o, "routing", r->routing);
+    cJSON_AddStringToObject(o, "type_k", r->kv);
+    cJSON_AddStringToObject(o, "type_v", r->kv);
     cJSON_AddStringToObject(o, "test", test);
     cJSON_AddNumberToObject(o, "n_prompt", r->gen ? 0 : r->n_tokens);
     cJSON_AddNumberToObject(o, "n_gen", r->gen ? r->n_tokens : 0);
@@ -115,9 +119,9 @@ static void write_text(FILE *f, const mvm_bench_row *r)
     if (r->load_wait >= 0)
         snprintf(wait, sizeof wait, "%.1f%%", 100 * r->load_wait);
     test_name(r, test, sizeof test);
-    fprintf(f, "| %s | %s | %.2f | %s | %d | %s | %s | %s | %.2f +- %.2f | %s | %.2f | %s |\n",
+    fprintf(f, "| %s | %s | %.2f | %s | %d | %s | %s | %s | %.2f +- %.2f | %s | %.2f | %s | %s |\n",
             r->arch, r->experts, r->experts_gib, r->backend, r->threads, budget, r->routing,
-            test, r->avg_ts, r->stddev_ts, hit, r->mib_per_token, wait);
+            test, r->avg_ts, r->stddev_ts, hit, r->mib_per_token, wait, r->kv);
 }
 
 /* The table's header, the CSV's header line, or the JSON array's opening: written with the
@@ -126,9 +130,10 @@ static void write_text(FILE *f, const mvm_bench_row *r)
 static void begin(mvm_bench_out *o)
 {
     if (o->format == MVM_BENCH_TEXT || o->format == MVM_BENCH_MD)
+        /* KV last: the scripts under bench/gpu read the columns before it by position */
         fputs("| arch | experts | experts GiB | backend | threads | budget GiB | routing | test "
-              "| t/s | expert hits | MiB moved/token | load wait |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n", o->f);
+              "| t/s | expert hits | MiB moved/token | load wait | KV |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", o->f);
     else if (o->format == MVM_BENCH_CSV)
         fputs(csv_header, o->f);
     else if (o->format == MVM_BENCH_JSON)

@@ -21,6 +21,7 @@ typedef struct mvm_bench_row {
     int threads;
     double budget_gib;        /* < 0: no budget, the experts read at their homes */
     const char *routing;      /* "own", or "replay" (--routing) */
+    const char *kv;           /* the KV cache's type: "f16", "f32", "q8_0" */
     int gen;                  /* 0: ppN, N prompt tokens at once; 1: tgN, one at a time */
     uint32_t n_tokens, reps;
     uint32_t n_depth;         /* tokens in the KV cache before the test (-d) */

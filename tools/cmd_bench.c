@@ -346,6 +346,7 @@ static int bench_test(struct bench_run *r, int gen, uint32_t n, uint32_t depth,
     mvm_ctx *ctx;
     if (mvm_ctx_create(r->model, r->pool, depth + n, a->batch, &pol, &ctx) != MVM_OK)
         return mvm_cli_error("bench", "creating the context");
+    row.kv = mvm_ctx_kv_type(ctx); /* a static name: "f16", ... */
     for (uint32_t rep = 0; rep <= a->reps; rep++) {
         struct rep_result res;
         if (run_test(r, ctx, gen, n, depth, &res) != MVM_OK) {
