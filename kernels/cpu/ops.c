@@ -185,6 +185,16 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
 
+/* A KV head's part of a cache row (n elements at `part`) as the level's dot product and
+ * axpy for F32 read it: a Q8_0 one converted into buf, the others in place. */
+static const void *readable(enum mvm_wtype kv, const void *part, float *buf, size_t n)
+{
+    if (kv != MVM_W_Q8_0)
+        return part;
+    mvm_k_dequantize(kv, part, buf, n);
+    return buf;
+}
+
 void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q, size_t n_kv,
                       const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
                       size_t kv_stride, size_t head_dim, float scale, const float *sinks,
@@ -211,9 +221,7 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
      * g = h / n_q */
     for (size_t p = 0; p < rows; p++)
         for (size_t g = 0; g < n_kv; g++) {
-            const void *kg = (const uint8_t *)k + p * stride + g * hb;
-            if (q8)
-                mvm_k_dequantize(kv, kg, head, head_dim), kg = head;
+            const void *kg = readable(kv, (const uint8_t *)k + p * stride + g * hb, head, head_dim);
             for (size_t i = 0; i < n_tok; i++)
                 for (size_t h = g * n_q; p < n_pos[i] && h < (g + 1) * n_q; h++)
                     scratch[(i * nh + h) * rows + p] =
@@ -230,9 +238,7 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
         }
     for (size_t p = 0; p < rows; p++)
         for (size_t g = 0; g < n_kv; g++) {
-            const void *vg = (const uint8_t *)v + p * stride + g * hb;
-            if (q8)
-                mvm_k_dequantize(kv, vg, head, head_dim), vg = head;
+            const void *vg = readable(kv, (const uint8_t *)v + p * stride + g * hb, head, head_dim);
             for (size_t i = 0; i < n_tok; i++)
                 for (size_t h = g * n_q; p < n_pos[i] && h < (g + 1) * n_q; h++)
                     axpy(vg, scratch[(i * nh + h) * rows + p], out + i * q_stride + h * head_dim,
