@@ -17,11 +17,12 @@
  *   - where two queries of one KV head both reach a whole tile (F16 heads of whole
  *     vectors), they take it together, each row's load used for both (scores16x2,
  *     add_values2): a prompt's 32 tokens 4-5% faster, Qwen3's groups 8-10%.
- *   - a Q8_0 cache's blocks are converted as they are read (ldkv: the scale times the
- *     quants, the products mvm_k_dequantize rounds), so the tiles and the sweep compute
- *     what an F32 cache of those values gives; at length, where decode reads the cache
- *     from memory, 53% of F16's bytes: OLMoE's tg32 at 4096 positions 1.6x faster in the
- *     engine, the same within noise at 512 (docs/perf/cpu.md, session 117).
+ *   - a Q8_0 cache's blocks are converted as they are read (ldkv, and ldq8 a block at a
+ *     time in the sweep: the scale times the quants, the products mvm_k_dequantize
+ *     rounds), so the tiles and the sweep compute what an F32 cache of those values
+ *     gives; at length, where decode reads the cache from memory, 53% of F16's bytes:
+ *     OLMoE's tg32 at 4096 positions 1.1-1.6x faster in the engine, the same within noise
+ *     at 512 (docs/perf/cpu.md, session 117).
  * One query a KV head (decode without grouped heads) takes no tiles: attn_sweep, below,
  * reads the cache in place in row order.
  * Each query's arithmetic is the same whatever the other queries of the call are (the
