@@ -1658,6 +1658,19 @@ static void test_swiglu(void)
     CHECK(bad == 0);
 }
 
+/* Random keys and values (n each, keys `kscale` wide) stored in kc and vc as the cache's
+ * type kv, and in k and v the F32 values those hold, which the references read. */
+static void random_cache(enum mvm_wtype kv, float *k, float *v, void *kc, void *vc, size_t n,
+                         float kscale)
+{
+    fill(k, n, kscale);
+    fill(v, n, 1.0f);
+    mvm_k_quantize(kv, k, kc, n);
+    mvm_k_quantize(kv, v, vc, n);
+    mvm_k_dequantize(kv, kc, k, n);
+    mvm_k_dequantize(kv, vc, v, n);
+}
+
 /* A group of 3 heads over shared keys and values, against a double reference per head:
  * with and without sink logits (gpt-oss), which join the softmax's denominator only; over an
  * F32 and an F16 cache (the reference reads the F16 elements as they are stored). The group
@@ -1677,13 +1690,8 @@ static void test_attn_heads(void)
             float *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
             uint8_t *kc = malloc(n * es), *vc = malloc(n * es);
             float q[NQ * 64], out[NQ * 64], one[64], scratch[NQ * 37];
-            fill(k, n, 1.0f);
-            fill(v, n, 1.0f);
+            random_cache(kv, k, v, kc, vc, n, 1.0f);
             fill(q, NQ * hd, 1.0f);
-            mvm_k_quantize(kv, k, kc, n);
-            mvm_k_quantize(kv, v, vc, n);
-            mvm_k_dequantize(kv, kc, k, n);
-            mvm_k_dequantize(kv, vc, v, n);
             const float scale = 1.0f / sqrtf((float)hd);
             fill(out, NQ * hd, 1e3f); /* poisoned: every element must be written */
             mvm_k_attn_heads(q, NQ, kv, kc, vc, stride, n_pos, hd, scale, sk, scratch, out);
@@ -1897,13 +1905,8 @@ static void test_attn_q8(void)
         float *scratch = malloc(NT * NKV * 2 * ROWS * sizeof *scratch);
         float lse8[NT * NKV * 2], lse32[NT * NKV * 2];
         uint8_t *kc = malloc(qb), *vc = malloc(qb);
-        fill(k, n, 2.0f);
-        fill(v, n, 1.0f);
+        random_cache(MVM_W_Q8_0, k, v, kc, vc, n, 2.0f);
         fill(q, NT * qs, 1.0f);
-        mvm_k_quantize(MVM_W_Q8_0, k, kc, n);
-        mvm_k_quantize(MVM_W_Q8_0, v, vc, n);
-        mvm_k_dequantize(MVM_W_Q8_0, kc, k, n);
-        mvm_k_dequantize(MVM_W_Q8_0, vc, v, n);
         /* past the shortest reach, rows only the longer tokens see; past the longest, none */
         const size_t last = nt == 1 ? n_pos[0] : n_pos[NT - 1];
         for (size_t b = last * stride / MVM_QBLOCK; b < n / MVM_QBLOCK; b++)

@@ -45,19 +45,14 @@ for r in $(seq "$rounds"); do
     done
 done
 python3 - "$tmp" "$threads" "$model" "$depth" $kvs <<'EOF'
-import json, os, re, sys
+import os, re, sys
+sys.path.insert(0, "bench/cpu")
+from jsonl_best import best
 tmp, threads, model, depth, kvs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 # the RESULT lines' model and type from the file's name, as bench/cpu/llamacpp.sh names them
 stem = os.path.basename(model).removesuffix(".gguf")
 m = re.match(r"(.*?)-((?:q|iq|f|bf|mxfp)[0-9][0-9a-z_]*)(-imatrix)?$", stem)
 name, wtype = (m.group(1), m.group(2)) if m else (stem, "unknown")
-def best(path):
-    out = {}
-    for line in open(path):
-        o = json.loads(line)
-        test = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-        out[test] = max(out.get(test, 0.0), float(o["avg_ts"]))
-    return out
 print("| KV | test | llama.cpp tok/s | moevm tok/s | moevm / llama.cpp |")
 print("|---|---|---:|---:|---:|")
 results = []

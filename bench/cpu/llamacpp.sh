@@ -107,15 +107,10 @@ for t in $types; do
     done
 done
 python3 - "$tmp" "$threads" "$name" $types <<'EOF'
-import json, sys
+import sys
+sys.path.insert(0, "bench/cpu")
+from jsonl_best import best
 tmp, threads, name, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-def best(path):
-    out = {}
-    for line in open(path):
-        o = json.loads(line)
-        test = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-        out[test] = max(out.get(test, 0.0), float(o["avg_ts"]))
-    return out
 print(f"| type | test | llama.cpp tok/s | moevm tok/s | moevm / llama.cpp |")
 print(f"|---|---|---|---|---|")
 results = []
