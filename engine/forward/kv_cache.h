@@ -20,8 +20,7 @@
  * largest element). A Q8_0 row's heads must be whole blocks, so that each head's part of a
  * row starts a block: head_dim (MLA: the latent row, kv_lora + the rotary part) a multiple
  * of 32 (and at most the kernels' MVM_K_ATTN_ROW_MAX), as in every released model; another
- * is refused. Only the CPU backend reads Q8_0
- * rows today.
+ * is refused. Only the CPU backend reads Q8_0 rows today.
  */
 #ifndef MVM_ENGINE_FORWARD_KV_CACHE_H
 #define MVM_ENGINE_FORWARD_KV_CACHE_H
