@@ -48,6 +48,34 @@ expect_measured() {
     done
     judge "$code" "$pattern" "$rc" "$@"
 }
+# check and check_py, with expect: defined before any use (a call before its definition is only
+# "command not found" on stderr, counted neither way).
+py=${PYTHON:-python3}
+# check_py LABEL FILE PROGRAM [ARG...]: the Python program (stdin: FILE) exits 0
+# check LABEL CONDITION FILE...: CONDITION (shell text, evaluated here) counts as passed or
+# failed; a failure is named, with the files shown indented (their first 300 columns).
+check() {
+    local label=$1 cond=$2
+    shift 2
+    if eval "$cond"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $label:" >&2
+        cut -c1-300 "$@" | sed 's/^/    /' >&2
+    fi
+}
+check_py() {
+    local label=$1 file=$2 prog=$3
+    shift 3
+    if "$py" -c "$prog" "$@" <"$file" 2>"$tmp/py.err"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $label:" >&2
+        sed 's/^/    /' "$tmp/py.err" "$file" >&2
+    fi
+}
 
 export MOEVM_BACKEND=host
 expect 0 '^moevm [0-9]+\.[0-9]+' -- "$moevm" --version
@@ -460,6 +488,9 @@ fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
 expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \| - \| f16 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
 expect 0 '\| host \| 2 \| home \| own \| tg4 \| .* \| q8_0 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2 -ctk q8_0 -ctv q8_0
+expect 2 '^moevm bench: -ctv: a list of 1, after one of 2: moevm.s KV cache keeps keys and values in one type' -- "$moevm" bench -m "$m" -ctk f16,q8_0 -ctv q8_0
+expect 2 '^moevm bench: -ctv q8_0: moevm.s KV cache keeps keys and values in one type, and f16 was given before' -- "$moevm" bench -m "$m" -ctk f16,q8_0 -ctv q8_0,f16
+expect 2 '^moevm bench: --kv-type q4_0: expected f16, f32 or q8_0' -- "$moevm" bench -m "$m" --kv-type f16,q4_0
 # llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB
 expect 0 '\| host \| 1 \| 0\.02 \| own \| tg4 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen=4 --repetitions 1 --threads 1 -b 8 --n-cpu-moe 1 -ngl 99
 expect 2 'bench: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" bench -m "$m" --gpu-budget 50% --n-cpu-moe 1
@@ -779,32 +810,6 @@ expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" 
 # counts (as many tokens as -n asked, --ignore-eos masking end-of-text), the timings and the
 # memory manager's counters and modules; bench -o csv/json, one record per row with every
 # column; a format neither knows is one line and exit 2.
-py=${PYTHON:-python3}
-# check_py LABEL FILE PROGRAM [ARG...]: the Python program (stdin: FILE) exits 0
-# check LABEL CONDITION FILE...: CONDITION (shell text, evaluated here) counts as passed or
-# failed; a failure is named, with the files shown indented (their first 300 columns).
-check() {
-    local label=$1 cond=$2
-    shift 2
-    if eval "$cond"; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL: $label:" >&2
-        cut -c1-300 "$@" | sed 's/^/    /' >&2
-    fi
-}
-check_py() {
-    local label=$1 file=$2 prog=$3
-    shift 3
-    if "$py" -c "$prog" "$@" <"$file" 2>"$tmp/py.err"; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL: $label:" >&2
-        sed 's/^/    /' "$tmp/py.err" "$file" >&2
-    fi
-}
 "$moevm" run -m "$m" -p "It was the best" -n 12 --ignore-eos -o json >"$tmp/run.json" 2>"$tmp/run.err"
 check_py 'run -o json' "$tmp/run.json" '
 import json, sys
@@ -874,6 +879,13 @@ for r in rows:
     assert 0 <= float(r["load_wait"]) <= 1
 assert (rows[0]["n_prompt"], rows[0]["n_gen"], rows[1]["n_prompt"], rows[1]["n_gen"]) == ("8", "0", "0", "4")
 assert float(rows[0]["budget_gib"]) < float(rows[2]["budget_gib"])'
+# a list of cache types, each in turn (llama-bench's -ctk/-ctv lists, the same list here)
+"$moevm" bench -m "$m" -p 4 -n 2 -r 1 -t 1 -ctk f16,q8_0 -ctv f16,q8_0 -o csv >"$tmp/bench.kv" 2>/dev/null
+check_py 'bench -ctk f16,q8_0' "$tmp/bench.kv" '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+assert [(r["type_k"], r["type_v"], r["test"]) for r in rows] == [
+    ("f16", "f16", "pp4"), ("f16", "f16", "tg2"), ("q8_0", "q8_0", "pp4"), ("q8_0", "q8_0", "tg2")], rows'
 # -d, llama-bench's depth: each test at each depth, in that order, named as llama-bench names it
 "$moevm" bench -m "$m" -p 4 -n 2 -d 0,6 -r 1 -t 1 -o csv >"$tmp/bench.d" 2>"$tmp/bench.d.err"
 check_py 'bench -d 0,6' "$tmp/bench.d" '

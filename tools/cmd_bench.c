@@ -40,11 +40,13 @@
 #include "tools/trace.h"
 #include "vmm/error.h"
 
-#define BENCH_MAX_AXIS 16  /* values of -t and of --gpu-budget */
+#define BENCH_MAX_AXIS 16  /* values of a list (-p, -n, -d, -t, --gpu-budget, --kv-type) */
 #define BENCH_MAX_REPS 1000 /* -r */
 
 struct bench_args {
-    const char *model, *evict, *evict_args, *kv_type, *routing;
+    const char *model, *evict, *evict_args, *routing;
+    const char *kv_types[BENCH_MAX_AXIS]; /* --kv-type's (-ctk's, -ctv's) list, each in turn */
+    uint32_t n_kv_types;                  /* 0: MOEVM_KV_TYPE's */
     /* -p's and -n's lists: a ppN test for each nonzero N, then a tgN test for each */
     uint32_t n_prompt[BENCH_MAX_AXIS], n_prompts, n_gen[BENCH_MAX_AXIS], n_gens;
     uint32_t n_depth[BENCH_MAX_AXIS], n_depths; /* -d: each test once at each depth */
@@ -62,7 +64,7 @@ static void usage(FILE *f)
     fputs("usage: moevm bench -m MODEL.gguf [-p N[,...]] [-n N[,...]] [-d N[,...]] [-r REPS]\n"
           "                   [-t THREADS[,...]]\n"
           "                   [--gpu-budget SIZE|PCT[,...] | --n-cpu-moe N[,...]]\n"
-          "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32|q8_0]\n"
+          "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type TYPE[,...]]\n"
           "                   [--routing TRACE.jsonl] [-o text|csv|json|jsonl]\n"
           "  -m, --model   the GGUF model\n"
           "  -p, --n-prompt  prompt tokens evaluated at once: the ppN test, one for each N of\n"
@@ -88,8 +90,9 @@ static void usage(FILE *f)
           "                llama.cpp's other flags, taken and ignored or refused)\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
           "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
-          "  --kv-type, -ctk, -ctv  the KV cache's elements: f16, f32 or q8_0 (default\n"
-          "                MOEVM_KV_TYPE, f16)\n"
+          "  --kv-type, -ctk, -ctv  the KV cache's elements, f16, f32 or q8_0, each type of\n"
+          "                the list in turn (default MOEVM_KV_TYPE, f16); -ctk's and -ctv's\n"
+          "                lists must be the same: one type keys and values alike\n"
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
           "                run --trace-out of a real model, or moevm trace gen) instead of\n"
           "                the router's; the trace must have the model's layers, experts, top-k\n"
@@ -121,6 +124,42 @@ static int split_list(const char *flag, char *v, char **out, uint32_t *n)
         return 2;
     }
     return 0;
+}
+
+/* --kv-type's list, or llama-bench's -ctk / -ctv lists, which must be the same list here:
+ * moevm's cache keeps keys and values in one type (mvm_cli_kv_type checks each pair). */
+static int parse_kv_types(struct bench_args *a, const char *flag, char *v)
+{
+    char *items[BENCH_MAX_AXIS];
+    uint32_t n;
+    if (split_list(flag, v, items, &n))
+        return 2;
+    const int paired = a->n_kv_types && (strstr(flag, "-ct") || strstr(flag, "cache-type"));
+    if (paired && n != a->n_kv_types) {
+        fprintf(stderr, "moevm bench: %s: a list of %u, after one of %u: moevm's KV cache keeps "
+                "keys and values in one type\n", flag, n, a->n_kv_types);
+        return 2;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const char *t = paired ? a->kv_types[i] : NULL;
+        if (mvm_cli_kv_type("bench", flag, items[i], &t))
+            return 2;
+        a->kv_types[i] = t;
+    }
+    a->n_kv_types = n;
+    return 0;
+}
+
+/* The list's type of the largest cache (f32, then f16, then q8_0), which the space is
+ * planned for; NULL: MOEVM_KV_TYPE's. */
+static const char *largest_kv(const struct bench_args *a)
+{
+    static const char *const by_size[] = {"f32", "f16", "q8_0"};
+    for (size_t s = 0; s < sizeof by_size / sizeof *by_size; s++)
+        for (uint32_t i = 0; i < a->n_kv_types; i++)
+            if (!strcmp(a->kv_types[i], by_size[s]))
+                return by_size[s];
+    return NULL;
 }
 
 /* -p's, -n's, -t's or --n-cpu-moe's list of integers in [lo, hi] into out[], *n of them. */
@@ -169,7 +208,7 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
         return parse_u32_list(f, v, 0, MVM_CLI_CPU_MOE_ALL, a->cpu_moe, &a->n_cpu_moe);
     case O_EVICT: return mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
     case O_BATCH: return mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
-    case O_KV_TYPE: return mvm_cli_kv_type("bench", f, v, &a->kv_type);
+    case O_KV_TYPE: return parse_kv_types(a, f, v);
     case O_OUTPUT: return mvm_cli_choice("bench", f, v, mvm_bench_formats, &a->format);
     }
     return 0;
@@ -331,14 +370,14 @@ static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, uint32_t 
  * 512 spent about a quarter of its time in page faults: docs/perf/cpu.md), and its
  * residency policy goes on learning from one repetition to the next, as a server's would. */
 static int bench_test(struct bench_run *r, int gen, uint32_t n, uint32_t depth,
-                      mvm_bench_row row)
+                      const char *kv, mvm_bench_row row)
 {
     const struct bench_args *a = r->a;
     double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS], seconds = 0, waited = 0;
     uint64_t accesses = 0, hits = 0, moved = 0;
     mvm_ctx_policies pol = {.residency = {.evict = a->evict, .evict_args = a->evict_args,
                                           .machine = r->machine},
-                            .kv_type = a->kv_type};
+                            .kv_type = kv};
     if (r->replay) {
         pol.route_override = replay_route;
         pol.route_override_ctx = r->replay;
@@ -409,7 +448,7 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
     /* the longest test's positions, after the deepest cache */
     const uint32_t pp = most(a->n_prompt, a->n_prompts), tg = most(a->n_gen, a->n_gens);
     const mvm_ctx_shape ctx = {(pp > tg ? pp : tg) + most(a->n_depth, a->n_depths), a->batch,
-                               a->kv_type};
+                               largest_kv(a)};
     mvm_space *space;
     mvm_status st = mvm_plan_space(m, &ctx, &desc, &space);
     if (st == MVM_OK)
@@ -461,13 +500,17 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         .budget_gib = r.model->experts_at_home
             ? -1 : (double)info.device_bytes / 1073741824.0,
         .routing = replay ? "replay" : "own"};
-    /* llama-bench's order: each test at every depth in turn */
-    for (uint32_t i = 0; !rc && i < a->n_prompts; i++)
-        for (uint32_t d = 0; !rc && a->n_prompt[i] && d < a->n_depths; d++)
-            rc = bench_test(&r, 0, a->n_prompt[i], a->n_depth[d], row);
-    for (uint32_t i = 0; !rc && i < a->n_gens; i++)
-        for (uint32_t d = 0; !rc && a->n_gen[i] && d < a->n_depths; d++)
-            rc = bench_test(&r, 1, a->n_gen[i], a->n_depth[d], row);
+    /* llama-bench's order: each cache type in turn (its parameters' instances), and there
+     * each test at every depth in turn */
+    for (uint32_t k = 0; !rc && k < (a->n_kv_types ? a->n_kv_types : 1); k++) {
+        const char *kv = a->n_kv_types ? a->kv_types[k] : NULL;
+        for (uint32_t i = 0; !rc && i < a->n_prompts; i++)
+            for (uint32_t d = 0; !rc && a->n_prompt[i] && d < a->n_depths; d++)
+                rc = bench_test(&r, 0, a->n_prompt[i], a->n_depth[d], kv, row);
+        for (uint32_t i = 0; !rc && i < a->n_gens; i++)
+            for (uint32_t d = 0; !rc && a->n_gen[i] && d < a->n_depths; d++)
+                rc = bench_test(&r, 1, a->n_gen[i], a->n_depth[d], kv, row);
+    }
     free(r.tokens), free(r.logits);
     mvm_model_free(r.model);
     return rc;
