@@ -1888,8 +1888,8 @@ static void test_attn_wide(void)
  * and 576 (DeepSeek's latent row; 3 x 576 wider than MVM_K_ATTN_ROW_MAX: in parts), rows
  * one block longer than the heads, 1 or 2 queries a KV head (the sweep, the tiles), 1 token
  * or 5 reaching 30..38 positions (a whole tile and a partial one), sinks and lse; outputs
- * poisoned, and the rows past a token's positions a block whose scale is NaN, so reading
- * them shows. */
+ * poisoned, and the rows past every token's positions (the one token's: 30 of 38) blocks
+ * whose scale is NaN, so reading them shows. */
 static void test_attn_q8(void)
 {
     enum { NKV = 3, NT = 5, ROWS = 38 };

@@ -279,6 +279,11 @@ int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value
     return rc;
 }
 
+int mvm_cli_kv_llama_flag(const char *flag)
+{
+    return strstr(flag, "-ct") || strstr(flag, "cache-type");
+}
+
 int mvm_cli_kv_type(const char *cmd, const char *flag, const char *value, const char **out)
 {
     static const char *const types[] = {"f16", "f32", "q8_0", NULL};
@@ -286,7 +291,7 @@ int mvm_cli_kv_type(const char *cmd, const char *flag, const char *value, const 
     int i;
     if (mvm_cli_choice(cmd, flag, value, types, &i))
         return 2;
-    if (strstr(flag, "-ct") || strstr(flag, "cache-type")) { /* llama.cpp's -ctk, -ctv */
+    if (mvm_cli_kv_llama_flag(flag)) {
         if (*out && strcmp(*out, types[i])) {
             fprintf(stderr, "moevm %s: %s %s: moevm's KV cache keeps keys and values in one "
                     "type, and %s was given before\n", cmd, flag, value, *out);

@@ -182,6 +182,9 @@ int mvm_cli_choice(const char *cmd, const char *flag, const char *value,
  * process, and one that differs from the type given before (-ctk q8_0 -ctv f16) is refused
  * with 2 after a line saying so. */
 int mvm_cli_kv_type(const char *cmd, const char *flag, const char *value, const char **out);
+/* Whether flag (as typed) is llama.cpp's -ctk or -ctv (--cache-type-k, --cache-type-v),
+ * whose values must agree, rather than --kv-type. */
+int mvm_cli_kv_llama_flag(const char *flag);
 /* 0 when -m was given; else "moevm <cmd>: -m MODEL.gguf is required ..." and 2. */
 int mvm_cli_need_model(const char *cmd, const char *model);
 /* A policy given as "name" or "name{k=v,...}" (policy/choose.h's mvm_policy_split) for the

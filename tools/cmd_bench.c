@@ -134,7 +134,7 @@ static int parse_kv_types(struct bench_args *a, const char *flag, char *v)
     uint32_t n;
     if (split_list(flag, v, items, &n))
         return 2;
-    const int paired = a->n_kv_types && (strstr(flag, "-ct") || strstr(flag, "cache-type"));
+    const int paired = a->n_kv_types && mvm_cli_kv_llama_flag(flag);
     if (paired && n != a->n_kv_types) {
         fprintf(stderr, "moevm bench: %s: a list of %u, after one of %u: moevm's KV cache keeps "
                 "keys and values in one type\n", flag, n, a->n_kv_types);

@@ -77,14 +77,24 @@ AVX512_INLINE void prefetch_tile(const uint8_t *p, size_t stride, size_t bytes)
  * multiple of 16: its heads are whole blocks, never masked): the block's scale times its
  * quants, the product mvm_k_dequantize rounds, so the tiles hold the values an F32 cache
  * would. */
+/* 16 quants of a Q8_0 block times its scale d (converted, in every lane). */
+AVX512_INLINE __m512 q8x16(__m512 d, const int8_t *qs)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs);
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
+/* Q8_0 block b's scale in every lane (blocks are 2-byte aligned: loaded by value). */
+AVX512_INLINE __m512 q8_scale(const mvm_block_q8_0 *b)
+{
+    return _mm512_cvtph_ps(_mm256_set1_epi16((short)b->d));
+}
+
 AVX512_INLINE __m512 ldkv(enum mvm_wtype t, const uint8_t *row, size_t e, __mmask16 m, int full)
 {
     if (t == MVM_W_Q8_0) {
-        const mvm_block_q8_0 *b =
-            (const mvm_block_q8_0 *)(const void *)row + e / MVM_QBLOCK; /* 2-byte aligned */
-        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b->qs + e % MVM_QBLOCK));
-        return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_set1_epi16((short)b->d)),
-                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+        const mvm_block_q8_0 *b = (const mvm_block_q8_0 *)(const void *)row + e / MVM_QBLOCK;
+        return q8x16(q8_scale(b), b->qs + e % MVM_QBLOCK);
     }
     const uint8_t *p = row + e * (t == MVM_W_F32 ? 4 : 2);
     if (!full)
@@ -100,10 +110,9 @@ AVX512_INLINE __m512 ldkv(enum mvm_wtype t, const uint8_t *row, size_t e, __mmas
 AVX512_INLINE void ldq8(const uint8_t *row, size_t e, __m512 *lo, __m512 *hi)
 {
     const mvm_block_q8_0 *b = (const mvm_block_q8_0 *)(const void *)row + e / MVM_QBLOCK;
-    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)b->d));
-    const __m128i *q = (const __m128i *)(const void *)b->qs;
-    *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))));
-    *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))));
+    const __m512 d = q8_scale(b);
+    *lo = q8x16(d, b->qs);
+    *hi = q8x16(d, b->qs + 16);
 }
 
 AVX512_INLINE __m512 ldf(const float *p, __mmask16 m, int full)
@@ -590,8 +599,7 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     for (size_t g = 0; g < n_kv; g += part)
         attn_tiles(q + g * qs, q_stride, n_tok, n_q, n_kv - g < part ? n_kv - g : part, n_pos,
                    kv, (const uint8_t *)k + g * hb, (const uint8_t *)v + g * hb, stride, head_dim,
-                   scale,
-                   sinks ? sinks + g * n_q : NULL, scratch, out + g * qs,
+                   scale, sinks ? sinks + g * n_q : NULL, scratch, out + g * qs,
                    lse ? lse + g * n_q : NULL, n_kv * n_q);
     return 1;
 }
