@@ -80,6 +80,9 @@ static void test_text(mvm_engine *e)
         CHECK(found);
     }
     free(prompt);
+    /* the template's source: the model's own (the tiny presets carry their family's) */
+    const char *src = mvm_engine_chat_template(e);
+    CHECK(src && strstr(src, "<|im_start|>") && strstr(src, "messages"));
     CHECK_ST(mvm_engine_chat_format(e, "{\"role\":\"user\"}", NULL, 1, &prompt), MVM_ERR_INVALID);
     CHECK_ST(mvm_engine_chat_format(e, "[{\"role\":", NULL, 1, &prompt), MVM_ERR_INVALID);
     CHECK(prompt == NULL);

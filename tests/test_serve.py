@@ -9,7 +9,9 @@ slot freed, counted as cancelled, the server still serving); stop strings; malfo
 wrong field types, an unknown route or method, a body over the limit, a prompt longer than
 the context, each an OpenAI error object with its status; the OpenAI Python client's
 streamed chat where the package is installed; SIGTERM ends the server with its statistics;
-llama.cpp's --n-cpu-moe and -ngl taken as `moevm run` takes them.
+llama.cpp's --n-cpu-moe and -ngl taken as `moevm run` takes them; llama.cpp's server's own
+API (/completion whole and streamed, its prompt shapes, stop types, slots and cache,
+/tokenize, /detokenize, /apply-template, /props) against the OpenAI routes' answers.
 
     test_serve.py MOEVM WORKDIR [ARCH ...]
 Prints "N passed, M failed" last; exit 1 on a failure.
@@ -79,7 +81,8 @@ class Server:
         return status, json.loads(text)
 
     def stream(self, path, body):
-        """The events' JSON objects and whether [DONE] ended them."""
+        """The events' JSON objects and whether [DONE] ended them (llama.cpp's /completion
+        sends none: its last event says "stop": true)."""
         c = self.conn()
         c.request("POST", path, body=json.dumps(dict(body, stream=True)),
                   headers={"Content-Type": "application/json"})
@@ -147,6 +150,80 @@ def basics(s, arch):
     return msg.get("content", "")
 
 
+def llama_api(s, arch):
+    """llama.cpp's server's own routes. Greedy /completion gives the text /v1/completions
+    gives for the same prompt; its stream adds up to it, tokens and all; the ids it returns
+    detokenize to it; token ids and mixed prompts read as llama.cpp reads them; /tokenize and
+    /detokenize agree; /apply-template's prompt completed is the chat reply."""
+    prompt = "Once upon a time"
+    status, oai = s.post("/v1/completions", dict(GREEDY, prompt=prompt))
+    ask = {"prompt": prompt, "n_predict": 12, "temperature": 0}
+    status, body = s.post("/completion", dict(ask, return_tokens=True))
+    text = body.get("content")
+    check(status == 200 and text == oai["choices"][0]["text"] and body["stop"] is True and
+          body["tokens_predicted"] == oai["usage"]["completion_tokens"] == len(body["tokens"]) and
+          body["tokens_evaluated"] == oai["usage"]["prompt_tokens"] and
+          body["stop_type"] in ("eos", "limit") and body["prompt"].endswith(prompt) and
+          body["generation_settings"]["n_predict"] == 12 and
+          body["timings"]["predicted_n"] == body["tokens_predicted"] and
+          body["timings"]["prompt_n"] + body["timings"]["cache_n"] == body["tokens_evaluated"],
+          f"{arch}: /completion {body}")
+    status, plain = s.post("/completion", ask)
+    check(status == 200 and plain["content"] == text and plain["tokens"] == [] and
+          plain["tokens_cached"] > 0, f"{arch}: /completion again, cached: {plain}")
+    # the slot that has the prompt cached, told not to use its cache
+    status, fresh = s.post("/completion", dict(ask, cache_prompt=False, id_slot=plain["id_slot"]))
+    check(status == 200 and fresh["content"] == text and fresh["tokens_cached"] == 0 and
+          fresh["id_slot"] == plain["id_slot"], f"{arch}: cache_prompt false: {fresh}")
+    other = (plain["id_slot"] + 1) % 3
+    status, there = s.post("/completion", dict(ask, id_slot=other))
+    check(status == 200 and there["content"] == text and there["id_slot"] == other,
+          f"{arch}: id_slot {other}: {there}")
+    status, detok = s.post("/detokenize", {"tokens": body["tokens"]})
+    check(status == 200 and detok["content"] == text, f"{arch}: /detokenize {detok} {text!r}")
+    status, events, done = s.stream("/completion", ask)
+    check(status == 200 and not done and events and events[-1]["stop"] is True and
+          all(e["stop"] is False for e in events[:-1]) and
+          "".join(e["content"] for e in events) == text and
+          [t for e in events for t in e["tokens"]] == body["tokens"] and
+          events[-1]["tokens_predicted"] == body["tokens_predicted"],
+          f"{arch}: streamed /completion adds up: {events[-2:]}")
+    status, toks = s.post("/tokenize", {"content": prompt, "add_special": True,
+                                        "with_pieces": True})
+    ids = [t["id"] for t in toks["tokens"]]
+    check(status == 200 and "".join(t["piece"] for t in toks["tokens"]).endswith(prompt),
+          f"{arch}: /tokenize with pieces {toks}")
+    status, by_ids = s.post("/completion", dict(ask, prompt=ids))
+    check(status == 200 and by_ids["content"] == text, f"{arch}: a prompt of ids {by_ids}")
+    # ids then text: the text's tokens without a BOS (a BOS only where text comes first)
+    head = s.post("/tokenize", {"content": prompt[:4], "add_special": True})[1]["tokens"]
+    tail = s.post("/tokenize", {"content": prompt[4:]})[1]["tokens"]
+    status, mixed = s.post("/completion", dict(ask, prompt=[*head, prompt[4:]]))
+    status2, split = s.post("/completion", dict(ask, prompt=head + tail))
+    check(status == status2 == 200 and mixed["tokens_evaluated"] == len(head) + len(tail) and
+          mixed["content"] == split["content"], f"{arch}: a mixed prompt {mixed} {split}")
+    status, tmpl = s.post("/apply-template", {"messages": MSGS})
+    status, chat = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    status, done_chat = s.post("/completion", dict(ask, prompt=tmpl.get("prompt", "")))
+    check(done_chat.get("content") == chat["choices"][0]["message"]["content"],
+          f"{arch}: /apply-template then /completion = chat: {done_chat} {chat}")
+    stop = text[1:3]
+    if len(stop) == 2 and stop.isascii() and stop.isprintable():
+        status, cut = s.post("/completion", dict(ask, stop=[stop, "\x01never"]))
+        check(status == 200 and cut["stop_type"] == "word" and cut["stopping_word"] == stop and
+              cut["content"] == text[:text.index(stop)], f"{arch}: stop word {stop!r}: {cut}")
+    status, none = s.post("/completion", dict(ask, n_predict=0))
+    check(status == 200 and none["content"] == "" and none["tokens_predicted"] == 0 and
+          none["stop_type"] == "limit", f"{arch}: n_predict 0: {none}")
+    status, text_props = s.request("GET", "/props")
+    props = json.loads(text_props)
+    check(status == 200 and props["total_slots"] == 3 and
+          props["default_generation_settings"]["n_ctx"] == 4096 and
+          props["default_generation_settings"]["params"]["top_k"] == 40 and
+          props["chat_template"] and props["model_path"].endswith(".gguf"),
+          f"{arch}: /props {text_props[:300]}")
+
+
 def errors(s, arch):
     cases = [("POST", "/v1/chat/completions", "{not json", 400),
              ("POST", "/v1/chat/completions", json.dumps({"messages": "hi"}), 400),
@@ -169,7 +246,26 @@ def errors(s, arch):
              ("GET", "/v1/chat/completions", None, 405),
              ("POST", "/health", "{}", 405),
              ("GET", "/nope", None, 404),
-             ("POST", "/v1/completions", "x" * (9 << 20), 413)]
+             ("POST", "/v1/completions", "x" * (9 << 20), 413),
+             ("POST", "/completion", json.dumps({"prompt": ["a", "b"]}), 400),
+             ("POST", "/completion", json.dumps({"prompt": [1, 1 << 30]}), 400),
+             ("POST", "/completion", json.dumps({"prompt": [1, None]}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "grammar": "root ::= x"}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "json_schema": {}}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 3}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "id_slot": 3}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "cache_prompt": 1}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "n_predict": -2}), 400),
+             ("POST", "/completion", "x" * (9 << 20), 413),
+             ("GET", "/completion", None, 405),
+             ("POST", "/tokenize", "{not json", 400),
+             ("POST", "/tokenize", json.dumps({"content": 5}), 400),
+             ("POST", "/tokenize", json.dumps({"content": "x", "with_pieces": "yes"}), 400),
+             ("POST", "/detokenize", json.dumps({"tokens": ["a"]}), 400),
+             ("POST", "/detokenize", json.dumps({"tokens": [-1]}), 400),
+             ("POST", "/apply-template", json.dumps({"messages": "hi"}), 400),
+             ("GET", "/tokenize", None, 405),
+             ("POST", "/props", "{}", 405)]
     for method, path, raw, want in cases:
         status, text = s.request(method, path, raw=raw)
         try:
@@ -425,6 +521,7 @@ def main():
         s = Server(moevm, model, "-np", "3", "-c", "4096", "-t", "2")
         try:
             reply = basics(s, arch)
+            llama_api(s, arch)
             errors(s, arch)
             framing(s, arch)
             concurrent(s, arch)

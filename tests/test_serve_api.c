@@ -1,8 +1,9 @@
 /*
  * `moevm serve`'s request reader (tools/serve_api.c) against malformed bodies: what a client
- * can send to /v1/completions and /v1/chat/completions, valid requests first, then seeded
- * mutations of them (bytes flipped, spans cut or repeated, JSON fragments and wrong types
- * spliced in, truncation, NUL bytes). Every body must give either a request whose fields
+ * can send to /v1/completions, /v1/chat/completions and llama.cpp's /completion, valid
+ * requests first, then seeded mutations of them (bytes flipped, spans cut or repeated, JSON
+ * fragments and wrong types spliced in, truncation, NUL bytes); and the prompt shapes of
+ * llama.cpp's server (text, token ids, both mixed) against the tokenizer. Every body must give either a request whose fields
  * are in range or a 4xx whose error object is JSON with a one-line message; never a crash,
  * a leak or undefined behaviour (the sanitizer builds run this too). test_serve.py checks
  * the same reader over HTTP for each field it names; this walks the inputs no list names.
@@ -27,6 +28,8 @@ static const char *const seeds[] = {
     "\"max_tokens\": 4, \"stop\": \"x\", \"logit_bias\": {}}",
     "{\"prompt\": [\"a\"], \"n\": 1}",
     "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}], \"stream\": false}",
+    "{\"prompt\": [5, \"Once\", 7], \"n_predict\": 3, \"id_slot\": 1, \"cache_prompt\": false, "
+    "\"return_tokens\": true, \"repeat_last_n\": -1, \"n_probs\": 0, \"grammar\": \"\"}",
 };
 
 /* Fragments a mutation splices in: structure, wrong types, extremes, escapes, field names. */
@@ -86,11 +89,14 @@ static void mutate(char *b, size_t *len, size_t cap)
     }
 }
 
+enum { N_SEQ = 2 };
+
 /* A request in range, or a 4xx with a JSON error object whose message is one line. */
 static int well_formed(serve_req *r, int status, char *error)
 {
     if (r) {
         int ok = !error && r->n_prompt > 0 && r->n_stop <= SERVE_MAX_STOP &&
+                 r->id_slot >= -1 && r->id_slot < N_SEQ &&
                  r->max_tokens >= -1 && r->sp.temperature >= 0 && r->sp.top_k >= 0 &&
                  r->sp.top_p >= 0 && r->sp.top_p <= 1 && r->sp.min_p >= 0 && r->sp.min_p <= 1;
         for (uint32_t i = 0; i < r->n_stop; i++)
@@ -131,7 +137,7 @@ static void test_content_parts(const serve_api *a)
     strcpy(at, "]}]}");
     int status = 0;
     char *error = NULL;
-    serve_req *r = serve_api_request(a, 1, body, strlen(body), &status, &error);
+    serve_req *r = serve_api_request(a, SERVE_CHAT, body, strlen(body), &status, &error);
     CHECK(r != NULL);
     char *prompt = r ? prompt_of(a, r) : NULL, want[N + 1];
     memset(want, 'x', N);
@@ -149,7 +155,8 @@ static void test_reply_bytes(const serve_api *a)
     static const char body[] = "{\"prompt\": \"hi\"}";
     int status = 0;
     char *error = NULL;
-    serve_req *r = serve_api_request(a, 0, body, sizeof body - 1, &status, &error);
+    serve_req *r = serve_api_request(a, SERVE_COMPLETION, body, sizeof body - 1, &status,
+                                     &error);
     CHECK(r != NULL);
     if (!r)
         return;
@@ -162,6 +169,80 @@ static void test_reply_bytes(const serve_api *a)
     static const char want[] = "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD"; /* a, NUL, b, FF, C3 */
     CHECK(cJSON_IsString(t) && !strcmp(t->valuestring, want));
     cJSON_Delete(o), free(json), serve_req_release(r);
+}
+
+/* The tokens serve_api_tokens reads from the JSON text `prompt` (NULL when refused, the
+ * message in bad). */
+static int32_t *shape(const serve_api *a, const char *prompt, size_t *n, char *bad)
+{
+    cJSON *p = cJSON_Parse(prompt);
+    int32_t *t = NULL;
+    bad[0] = '\0';
+    if (serve_api_tokens(a, p, "prompt", 1, 1, &t, n, bad, 300))
+        t = NULL;
+    cJSON_Delete(p);
+    return t;
+}
+
+/* llama.cpp's server's prompt shapes, over a vocabulary that adds a BOS (the tiny llama):
+ * text gets the BOS, ids are taken as they are, a mixed list gets the BOS only where it
+ * starts with text (tokenize_mixed); control-token texts are parsed; several prompts, ids
+ * outside the vocabulary and other types are refused naming the field. */
+static void test_prompt_shapes(const char *cli, const char *work)
+{
+    char model[512], cmd[1400];
+    snprintf(model, sizeof model, "%s/serve-api-llama.gguf", work);
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --arch llama -o '%s' >/dev/null", cli, model);
+    CHECK(system(cmd) == 0);
+    mvm_engine *e = NULL;
+    CHECK_ST(mvm_engine_load(&(mvm_engine_params){.model = model, .n_ctx = 64}, &e), MVM_OK);
+    if (!e)
+        return;
+    const serve_api a = {.e = e, .model_id = "tiny", .n_ctx = 64, .n_seq = 1,
+                         .n_vocab = mvm_engine_n_vocab(e)};
+    int32_t text[64], with_bos[64];
+    size_t nt = 0, nb = 0, n = 0;
+    CHECK_ST(mvm_engine_tokenize(e, "Once upon", 9, 0, 1, text, 64, &nt), MVM_OK);
+    CHECK_ST(mvm_engine_tokenize(e, "Once upon", 9, 1, 1, with_bos, 64, &nb), MVM_OK);
+    CHECK(nb == nt + 1); /* the vocabulary adds a BOS: the shapes below can tell */
+    char bad[300];
+    int32_t *t = shape(&a, "\"Once upon\"", &n, bad);
+    CHECK(t && n == nb && !memcmp(t, with_bos, nb * sizeof *t));
+    free(t);
+    t = shape(&a, "[\"Once upon\"]", &n, bad);
+    CHECK(t && n == nb && !memcmp(t, with_bos, nb * sizeof *t));
+    free(t);
+    t = shape(&a, "[\"Once upon\", 7]", &n, bad);
+    CHECK(t && n == nb + 1 && !memcmp(t, with_bos, nb * sizeof *t) && t[nb] == 7);
+    free(t);
+    t = shape(&a, "[7, \"Once upon\", 9]", &n, bad);
+    CHECK(t && n == nt + 2 && t[0] == 7 && !memcmp(t + 1, text, nt * sizeof *t) &&
+          t[nt + 1] == 9);
+    free(t);
+    t = shape(&a, "[3, 4, 5]", &n, bad);
+    CHECK(t && n == 3 && t[0] == 3 && t[2] == 5);
+    free(t);
+    int32_t im[8];
+    size_t ni = 0;
+    t = shape(&a, "\"<s>\"", &n, bad); /* the BOS's text parsed: BOS, BOS */
+    CHECK_ST(mvm_engine_tokenize(e, "<s>", 3, 1, 1, im, 8, &ni), MVM_OK);
+    CHECK(t && n == 2 && ni == 2 && t[0] == im[0] && t[1] == im[0]);
+    free(t);
+    static const struct { const char *prompt, *says; } refused[] = {
+        {"[\"a\", \"b\"]", "several prompts"}, {"[[1, 2], [3]]", "several prompts"},
+        {"[1, {\"prompt_string\": \"a\"}]", "several prompts"},
+        {"[1, 1e9]", "'prompt'[1]: 1e+09 is not a token"}, {"[-1]", "is not a token"},
+        {"[1.5]", "is not a token"}, {"[true]", "must be a string, an array of token ids"},
+        {"5", "must be a string"}, {"null", "must be a string"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        t = shape(&a, refused[i].prompt, &n, bad);
+        CHECK(!t && strstr(bad, refused[i].says) && !strchr(bad, '\n'));
+        if (t || !strstr(bad, refused[i].says))
+            fprintf(stderr, "  prompt %s: %s\n", refused[i].prompt, t ? "read" : bad);
+        free(t);
+    }
+    mvm_engine_free(e);
 }
 
 int main(int argc, char **argv)
@@ -179,18 +260,26 @@ int main(int argc, char **argv)
     CHECK_ST(mvm_engine_load(&(mvm_engine_params){.model = model, .n_ctx = 256}, &e), MVM_OK);
     if (!e)
         TEST_END();
-    const serve_api a = {e, "tiny", {.temperature = 0.8f, .top_p = 1}, -1, 0, 256};
+    const serve_api a = {e, "tiny", {.temperature = 0.8f, .top_p = 1}, -1, 0, 256, N_SEQ,
+                         mvm_engine_n_vocab(e), NULL};
 
     /* the seeds are valid requests, with the fields they give */
     for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) {
         int status = 0;
         char *error = NULL;
-        serve_req *r = serve_api_request(&a, strstr(seeds[i], "messages") != NULL, seeds[i],
-                                         strlen(seeds[i]), &status, &error);
+        const enum serve_kind kind = strstr(seeds[i], "messages") ? SERVE_CHAT
+                                     : strstr(seeds[i], "n_predict") ? SERVE_LLAMA
+                                                                     : SERVE_COMPLETION;
+        serve_req *r = serve_api_request(&a, kind, seeds[i], strlen(seeds[i]), &status, &error);
         CHECK(r && well_formed(r, status, error));
         if (r && i == 0)
             CHECK(r->max_tokens == 8 && r->stream && r->n_stop == 2 && r->sp.top_k == 20 &&
-                  r->sp.seed == 3 && !strcmp(r->stop[0], "\n"));
+                  r->sp.seed == 3 && !strcmp(r->stop[0], "\n") && r->cache_prompt &&
+                  r->id_slot == -1 && r->sp.repeat_last_n == 0);
+        if (r && kind == SERVE_LLAMA)
+            CHECK(r->kind == SERVE_LLAMA && r->max_tokens == 3 && r->id_slot == 1 &&
+                  !r->cache_prompt && r->return_tokens && r->sp.repeat_last_n == 256 &&
+                  r->n_prompt >= 3 && r->prompt[0] == 5 && r->prompt[r->n_prompt - 1] == 7);
         if (!r)
             fprintf(stderr, "  seed %zu: %s\n", i, error ? error : "(no error)");
         serve_req_release(r), free(error);
@@ -198,8 +287,9 @@ int main(int argc, char **argv)
 
     test_content_parts(&a);
     test_reply_bytes(&a);
+    test_prompt_shapes(argv[1], argv[2]);
 
-    /* their mutations, each body read as both endpoints */
+    /* their mutations, each body read as every route */
     enum { ROUNDS = 20000, CAP = 4096 };
     char *b = malloc(CAP);
     int bad = 0, accepted = 0;
@@ -208,14 +298,13 @@ int main(int argc, char **argv)
         size_t len = strlen(s);
         memcpy(b, s, len);
         mutate(b, &len, CAP);
-        for (int chat = 0; chat < 2; chat++) {
+        for (int kind = SERVE_COMPLETION; kind <= SERVE_LLAMA; kind++) {
             int status = 0;
             char *error = NULL;
-            serve_req *r = serve_api_request(&a, chat, b, len, &status, &error);
+            serve_req *r = serve_api_request(&a, (enum serve_kind)kind, b, len, &status, &error);
             accepted += r != NULL;
             if (!well_formed(r, status, error)) {
-                fprintf(stderr, "  round %d (%s): body %.*s\n", round,
-                        chat ? "chat" : "completions", (int)len, b);
+                fprintf(stderr, "  round %d (kind %d): body %.*s\n", round, kind, (int)len, b);
                 bad++;
             }
             serve_req_release(r), free(error);
@@ -224,7 +313,7 @@ int main(int argc, char **argv)
     CHECK(bad == 0);
     /* the mutations must not all be refused at the first byte: some stay requests */
     CHECK(accepted > ROUNDS / 20);
-    printf("  %d mutated bodies read as both endpoints, %d accepted\n", ROUNDS, accepted);
+    printf("  %d mutated bodies read as every route, %d accepted\n", ROUNDS, accepted);
     free(b);
     mvm_engine_free(e);
     TEST_END();

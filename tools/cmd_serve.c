@@ -14,6 +14,7 @@
 
 #include "tools/cli_engine.h"
 #include "tools/serve.h"
+#include "tools/serve_api.h"
 
 enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE };
 
@@ -21,7 +22,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: moevm serve -m MODEL.gguf [--host ADDR] [--port N] [-np SLOTS] [options]\n"
                "An OpenAI-compatible API: POST /v1/chat/completions and /v1/completions (with\n"
-               "\"stream\": true, server-sent events), GET /v1/models, /health, /metrics.\n"
+               "\"stream\": true, server-sent events), GET /v1/models, /health, /metrics; and\n"
+               "llama-server's own: POST /completion, /tokenize, /detokenize, /apply-template,\n"
+               "GET /props (docs/serve.md).\n"
                "  --host ADDR     the IPv4 address to listen on (default 127.0.0.1)\n"
                "  --port N        the port (default 8080; 0: any free one, printed)\n"
                "  -np, --parallel N  requests served at once, each with its own KV cache of\n"
@@ -125,9 +128,10 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
     mvm_engine_info in;
     mvm_engine_get_info(e, &in);
     uint16_t port = 0;
-    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port,
-                                        a->alias ? a->alias : in.name, &a->o.s, a->o.n_predict,
-                                        a->o.ignore_eos, &port);
+    const serve_api api = {.model_id = a->alias ? a->alias : in.name, .defaults = a->o.s,
+                           .default_max_tokens = a->o.n_predict,
+                           .default_ignore_eos = a->o.ignore_eos, .model_path = a->o.p.model};
+    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, &api, &port);
     pthread_t t;
     int rc = !http || pthread_create(&t, NULL, engine_thread, s) != 0;
     if (!rc) {

@@ -18,16 +18,25 @@
 #include "engine/forward/sampler.h"
 #include "moevm/engine.h"
 
-#define SERVE_MAX_STOP 4 /* stop strings a request may give (OpenAI's limit) */
+/* stop strings a request may give: OpenAI's limit is 4, llama.cpp's server has none, and
+ * front ends written for it (SillyTavern) send a dozen */
+#define SERVE_MAX_STOP 32
+
+/* The API a request came by (docs/serve.md): OpenAI's text or chat completions, or
+ * llama.cpp's server's own /completion. */
+enum serve_kind { SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA };
 
 typedef struct serve_req {
     /* set by the connection before submitting; read-only after */
-    int chat;                 /* /v1/chat/completions (else /v1/completions) */
+    enum serve_kind kind;
     int stream;               /* server-sent events */
     int32_t *prompt;
     uint32_t n_prompt;
     int32_t max_tokens;       /* -1: until the model ends or the context is full */
     int ignore_eos;           /* llama.cpp's: end-of-generation tokens are never sampled */
+    int cache_prompt;         /* a slot's cached prefix may be reused (llama.cpp's) */
+    int return_tokens;        /* SERVE_LLAMA: the whole reply gives its token ids */
+    int32_t id_slot;          /* the slot it must have; -1: any */
     mvm_sampler_params sp;
     char *stop[SERVE_MAX_STOP];
     uint32_t n_stop;
@@ -42,6 +51,13 @@ typedef struct serve_req {
     const char *finish;       /* "stop" or "length" once done without an error */
     char *error;              /* why it failed, once done */
     uint32_t n_gen;           /* tokens generated */
+    int32_t *gen;             /* SERVE_LLAMA: their ids, [n_gen] of [gen_cap] */
+    uint32_t gen_cap;
+    int stop_word;            /* the stop string that ended it; -1: none did */
+    int truncated;            /* it ended at the context's end */
+    uint32_t slot, n_cached;  /* its slot, and the prompt's tokens that slot had cached */
+    double t_start, t_prompt, t_end; /* seconds (mvm_now_s): its prompt's first token read,
+                                        its last read (the first token's logits), done */
     int cancelled;            /* the client went away: the engine thread drops it */
     int refs;
     struct serve_req *next;   /* the queue (under the server's mutex) */
@@ -53,6 +69,9 @@ serve_req *serve_req_new(void);
 void serve_req_release(serve_req *r);
 /* Appends s[0..n) to r->text; 0, or -1 without memory. Under r->mu. */
 int serve_req_append(serve_req *r, const char *s, size_t n);
+/* Puts a generated token's id at r->gen[r->n_gen], which the caller then counts; 0, or -1
+ * without memory. Under r->mu. */
+int serve_req_add_token(serve_req *r, int32_t id);
 
 typedef struct serve_metrics {
     mvm_engine_stats engine;
@@ -79,11 +98,12 @@ void serve_get_metrics(serve *s, serve_metrics *out);
 mvm_engine *serve_engine(serve *s);
 
 /* The HTTP front on host:port (port 0: any free one); *bound: the port it listens on.
- * model_id: what /v1/models lists. NULL after a one-line error on stderr. */
+ * api: what the routes answer with (its model_id, model_path and defaults; the engine and
+ * its sizes are filled in from s). NULL after a one-line error on stderr. */
 typedef struct serve_http serve_http;
-serve_http *serve_http_start(serve *s, const char *host, uint16_t port, const char *model_id,
-                             const mvm_sampler_params *defaults, int32_t default_max_tokens,
-                             int default_ignore_eos, uint16_t *bound);
+struct serve_api;
+serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
+                             const struct serve_api *api, uint16_t *bound);
 /* Stops listening and joins the connections (the engine thread must have finished their
  * requests: serve_run returns only after it has). */
 void serve_http_stop(serve_http *h);

@@ -47,8 +47,7 @@ static int number(const cJSON *body, const char *key, double lo, double hi, int 
     return 0;
 }
 
-/* A boolean field into *out when present; else *out stays. */
-static int flag(const cJSON *body, const char *key, int *out, char *bad, size_t cap)
+int serve_api_flag(const cJSON *body, const char *key, int *out, char *bad, size_t cap)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
     if (!v || cJSON_IsNull(v))
@@ -66,7 +65,7 @@ static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *b
     double t = a->defaults.temperature, p = a->defaults.top_p, k = a->defaults.top_k;
     double mp = a->defaults.min_p, rp = a->defaults.repeat_penalty;
     double seed = (double)(a->defaults.seed & 0xFFFFFFFF), max = a->default_max_tokens;
-    double mct = -2;
+    double mct = -2, np = -2, last = a->defaults.repeat_last_n;
     int bad_any = number(body, "temperature", 0, 100, 0, &t, bad, cap) |
                   number(body, "top_p", 1e-6, 1, 0, &p, bad, cap) |
                   number(body, "top_k", 0, 1 << 24, 1, &k, bad, cap) |
@@ -75,6 +74,8 @@ static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *b
                   number(body, "seed", -9.2e18, 9.2e18, 1, &seed, bad, cap) |
                   number(body, "max_tokens", -1, 1 << 24, 1, &max, bad, cap) |
                   number(body, "max_completion_tokens", -1, 1 << 24, 1, &mct, bad, cap) |
+                  number(body, "n_predict", -1, 1 << 24, 1, &np, bad, cap) |
+                  number(body, "repeat_last_n", -1, 1 << 24, 1, &last, bad, cap) |
                   number(body, "n", 1, 1, 1, &(double){1}, bad, cap);
     if (bad_any)
         return -1;
@@ -82,7 +83,9 @@ static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *b
     r->sp.temperature = (float)t, r->sp.top_p = (float)p, r->sp.top_k = (int32_t)k;
     r->sp.min_p = (float)mp, r->sp.repeat_penalty = (float)rp;
     r->sp.seed = (uint64_t)(int64_t)seed;
-    r->max_tokens = (int32_t)(mct > -2 ? mct : max);
+    /* llama.cpp's -1: the whole context */
+    r->sp.repeat_last_n = last < 0 ? a->n_ctx : (uint32_t)last;
+    r->max_tokens = (int32_t)(np > -2 ? np : mct > -2 ? mct : max);
     return 0;
 }
 
@@ -144,19 +147,8 @@ static int flatten_content(cJSON *msg, int i, char *bad, size_t cap)
     return 0;
 }
 
-/* The prompt text of the request (malloc'd); NULL with bad set. */
-static char *prompt_text(const serve_api *a, int chat, cJSON *body, char *bad, size_t cap)
+char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap)
 {
-    if (!chat) {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
-        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1)
-            p = p->child;
-        if (!cJSON_IsString(p)) {
-            snprintf(bad, cap, "'prompt' must be a string");
-            return NULL;
-        }
-        return strdup(p->valuestring);
-    }
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
     if (!cJSON_IsArray(msgs) || !msgs->child) {
         snprintf(bad, cap, "'messages' must be a non-empty array of {role, content}");
@@ -179,15 +171,81 @@ static char *prompt_text(const serve_api *a, int chat, cJSON *body, char *bad, s
     return text;
 }
 
-static int tokenize(const serve_api *a, const char *text, int chat, serve_req *r, char *bad,
-                    size_t cap)
+int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int add_special,
+                     int parse_special, int32_t **out, size_t *n, char *bad, size_t cap)
 {
-    size_t len = strlen(text), n = 0;
-    if (!(r->prompt = malloc((len + 16) * sizeof *r->prompt)))
+    *out = NULL, *n = 0;
+    const cJSON *one = cJSON_IsString(p) ? p : NULL, *it = one ? one : p ? p->child : NULL;
+    size_t room = 16, strings = 0, ids = 0, nested = 0;
+    if (!one && !cJSON_IsArray(p))
+        goto shape;
+    for (const cJSON *e = it; e; e = one ? NULL : e->next) {
+        nested += cJSON_IsArray(e) || cJSON_IsObject(e); /* prompts, or a multimodal one */
+        if (!nested && !cJSON_IsString(e) && !cJSON_IsNumber(e))
+            goto shape;
+        strings += cJSON_IsString(e), ids += cJSON_IsNumber(e);
+        room += cJSON_IsString(e) ? strlen(e->valuestring) + 16 : 1;
+    }
+    /* llama.cpp's server reads a list of strings alone as that many prompts, and a list
+     * with an id in it as one prompt */
+    if (nested || (strings > 1 && !ids)) {
+        snprintf(bad, cap, "'%s' holds several prompts; moevm serve takes one a request: send "
+                 "each as a request of its own (they are batched together)", field);
         return -1;
-    /* completions' prompts are plain text, as llama.cpp's: special texts stay text */
-    if (mvm_engine_tokenize(a->e, text, len, 1, chat, r->prompt, len + 16, &n) != MVM_OK) {
-        snprintf(bad, cap, "the prompt: %s", mvm_last_error());
+    }
+    if (!(*out = malloc(room * sizeof **out)))
+        return -1;
+    /* a BOS only where the prompt begins with text, as llama.cpp's tokenize_mixed */
+    int first = 1, i = 0;
+    for (const cJSON *e = it; e; e = one ? NULL : e->next, first = 0, i++) {
+        if (cJSON_IsNumber(e)) {
+            const double id = e->valuedouble;
+            if (!(id >= 0 && id < a->n_vocab && id == floor(id))) {
+                snprintf(bad, cap, "'%s'[%d]: %g is not a token of the vocabulary (0 to %u)",
+                         field, i, id, a->n_vocab - 1);
+                goto fail;
+            }
+            (*out)[(*n)++] = (int32_t)id;
+            continue;
+        }
+        size_t k = 0, len = strlen(e->valuestring);
+        if (mvm_engine_tokenize(a->e, e->valuestring, len, add_special && first, parse_special,
+                                *out + *n, room - *n, &k) != MVM_OK) {
+            snprintf(bad, cap, "'%s': %s", field, mvm_last_error());
+            goto fail;
+        }
+        *n += k;
+    }
+    return 0;
+fail:
+    free(*out);
+    *out = NULL, *n = 0;
+    return -1;
+shape:
+    snprintf(bad, cap, "'%s' must be a string, an array of token ids, or an array of both",
+             field);
+    return -1;
+}
+
+/* The request's prompt tokens into r: the chat in its template, or a completion's prompt
+ * (its control-token texts parsed, as llama.cpp's server does); it must fit the context. */
+static int prompt(const serve_api *a, cJSON *body, serve_req *r, char *bad, size_t cap)
+{
+    size_t n = 0;
+    if (r->kind == SERVE_CHAT) {
+        char *text = serve_api_chat_text(a, body, bad, cap);
+        const size_t len = text ? strlen(text) : 0;
+        r->prompt = text ? malloc((len + 16) * sizeof *r->prompt) : NULL;
+        mvm_status st = r->prompt ? mvm_engine_tokenize(a->e, text, len, 1, 1, r->prompt,
+                                                        len + 16, &n)
+                                  : MVM_ERR_NOMEM;
+        if (text && st != MVM_OK)
+            snprintf(bad, cap, "the prompt: %s", mvm_last_error());
+        free(text);
+        if (st != MVM_OK)
+            return -1;
+    } else if (serve_api_tokens(a, cJSON_GetObjectItemCaseSensitive(body, "prompt"), "prompt",
+                                1, 1, &r->prompt, &n, bad, cap)) {
         return -1;
     }
     if (n == 0) {
@@ -224,8 +282,7 @@ static const char *string_problem(const char *s, size_t len)
     return NULL;
 }
 
-/* The body as a JSON object, nothing but white space after it; NULL with bad set. */
-static cJSON *parse_body(const char *body, size_t len, char *bad, size_t cap)
+cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap)
 {
     const char *end = NULL, *why = string_problem(body, len);
     cJSON *root = why ? NULL : cJSON_ParseWithLengthOpts(body, len, &end, 0);
@@ -241,28 +298,64 @@ static cJSON *parse_body(const char *body, size_t len, char *bad, size_t cap)
     return root;
 }
 
-serve_req *serve_api_request(const serve_api *a, int chat, const char *body, size_t len,
-                             int *status, char **error)
+/* What llama.cpp's server does that moevm's does not, refused rather than ignored: a reply
+ * that silently lacks them would look like one that honoured them. */
+static int unsupported(const cJSON *body, char *bad, size_t cap)
+{
+    static const char *const fields[] = {"grammar", "json_schema"};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, fields[i]);
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0])) {
+            snprintf(bad, cap, "'%s': constrained sampling is not supported by moevm serve",
+                     fields[i]);
+            return -1;
+        }
+    }
+    double probs = 0;
+    if (number(body, "n_probs", 0, 1 << 20, 1, &probs, bad, cap))
+        return -1;
+    if (probs > 0) {
+        snprintf(bad, cap, "'n_probs': token probabilities are not supported by moevm serve");
+        return -1;
+    }
+    return 0;
+}
+
+/* The fields every route shares with llama.cpp's server: the slot and its cache. */
+static int slot_fields(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
+                       size_t cap)
+{
+    double slot = -1;
+    if (number(body, "id_slot", -1, a->n_seq ? a->n_seq - 1.0 : 0, 1, &slot, bad, cap) ||
+        serve_api_flag(body, "cache_prompt", &r->cache_prompt, bad, cap) ||
+        serve_api_flag(body, "return_tokens", &r->return_tokens, bad, cap))
+        return -1;
+    r->id_slot = (int32_t)slot;
+    return 0;
+}
+
+serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const char *body,
+                             size_t len, int *status, char **error)
 {
     static atomic_uint counter;
     char bad[512] = "";
     *status = 400;
     *error = NULL;
-    cJSON *root = parse_body(body, len, bad, sizeof bad);
+    cJSON *root = serve_api_parse(body, len, bad, sizeof bad);
     serve_req *r = root ? serve_req_new() : NULL;
-    char *text = NULL;
     int ok = r != NULL, stream = 0, ignore_eos = a->default_ignore_eos;
+    if (r)
+        r->kind = kind;
     ok = ok && !sampling(a, root, r, bad, sizeof bad) && !stops(root, r, bad, sizeof bad);
-    ok = ok && !flag(root, "stream", &stream, bad, sizeof bad) &&
-         !flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
-    ok = ok && (text = prompt_text(a, chat, root, bad, sizeof bad)) != NULL;
-    ok = ok && !tokenize(a, text, chat, r, bad, sizeof bad);
+    ok = ok && !serve_api_flag(root, "stream", &stream, bad, sizeof bad) &&
+         !serve_api_flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
+    ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad);
+    ok = ok && !prompt(a, root, r, bad, sizeof bad);
     if (ok) {
-        r->chat = chat;
         r->stream = stream;
         r->ignore_eos = ignore_eos;
         r->created = (long)time(NULL);
-        snprintf(r->id, sizeof r->id, "%s-%u", chat ? "chatcmpl" : "cmpl",
+        snprintf(r->id, sizeof r->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
                  atomic_fetch_add(&counter, 1));
     } else {
         if (!bad[0])
@@ -271,7 +364,6 @@ serve_req *serve_api_request(const serve_api *a, int chat, const char *body, siz
         serve_req_release(r);
         r = NULL;
     }
-    free(text);
     cJSON_Delete(root);
     return r;
 }
@@ -280,7 +372,7 @@ static cJSON *envelope(const serve_api *a, const serve_req *r, int chunk)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
-    cJSON_AddStringToObject(o, "object", r->chat ? (chunk ? "chat.completion.chunk"
+    cJSON_AddStringToObject(o, "object", r->kind == SERVE_CHAT ? (chunk ? "chat.completion.chunk"
                                                           : "chat.completion")
                                                  : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)r->created);
@@ -306,7 +398,7 @@ static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int
     /* a model may emit bytes that are not UTF-8 (byte tokens of a character it never
      * finished), and JSON must be: each bad byte becomes U+FFFD */
     char *t = mvm_cli_valid_utf8(text, n);
-    if (r->chat) {
+    if (r->kind == SERVE_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || first)
             cJSON_AddStringToObject(m, "role", "assistant");

@@ -1,11 +1,14 @@
 /*
- * The OpenAI API's JSON for `moevm serve` (docs/serve.md): requests of /v1/completions and
- * /v1/chat/completions read into serve_req, and the responses, stream chunks and error
- * objects written. Pure functions of their arguments: the connection threads call them.
+ * The JSON of `moevm serve` (docs/serve.md): requests of OpenAI's /v1/completions and
+ * /v1/chat/completions and of llama.cpp's server's /completion read into serve_req, and
+ * OpenAI's responses, stream chunks and error objects written (serve_api.c); llama.cpp's
+ * server's own responses and routes (/tokenize, /detokenize, /apply-template, /props:
+ * serve_llama.c). Pure functions of their arguments: the connection threads call them.
  */
 #ifndef MVM_TOOLS_SERVE_API_H
 #define MVM_TOOLS_SERVE_API_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 
 #include "tools/serve.h"
@@ -17,13 +20,29 @@ typedef struct serve_api {
     int32_t default_max_tokens;  /* -1: until the reply ends */
     int default_ignore_eos;      /* --ignore-eos */
     uint32_t n_ctx;
+    uint32_t n_seq, n_vocab;     /* the slots; the token ids a prompt may give */
+    const char *model_path;      /* what /props says */
 } serve_api;
 
-/* A request read from body[0..len) (chat: /v1/chat/completions), tokenized; NULL with the
- * HTTP status in *status and the error object's JSON in *error (malloc'd) when the body is
- * not a valid request or its prompt does not fit the context. */
-serve_req *serve_api_request(const serve_api *a, int chat, const char *body, size_t len,
-                             int *status, char **error);
+/* A request of the given kind read from body[0..len), tokenized; NULL with the HTTP
+ * status in *status and the error object's JSON in *error (malloc'd) when the body is not
+ * a valid request or its prompt does not fit the context. */
+serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const char *body,
+                             size_t len, int *status, char **error);
+
+/* The body as a JSON object, nothing but white space after it; NULL with a message in bad. */
+cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap);
+/* A boolean field into *out when present (else *out stays); -1 with a message in bad. */
+int serve_api_flag(const cJSON *body, const char *key, int *out, char *bad, size_t cap);
+/* The prompt text of a chat's `messages` (and `chat_template_kwargs`) in the model's
+ * template (malloc'd); NULL with a message in bad, or without one when out of memory. */
+char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap);
+/* The tokens of p, a prompt in llama.cpp's server's shapes: a string, an array of token
+ * ids, or an array of both; the BOS (add_special) only where it begins with a string, and
+ * control-token texts parsed where parse_special. *out (malloc'd) of *n; -1 with a message
+ * naming `field` in bad (*out NULL), or without one when out of memory. */
+int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int add_special,
+                     int parse_special, int32_t **out, size_t *n, char *bad, size_t cap);
 
 /* {"error": {"message", "type", "param", "code"}} (malloc'd); type "invalid_request_error",
  * "not_found_error", "server_error", ... */
@@ -35,5 +54,22 @@ char *serve_api_response(const serve_api *a, const serve_req *r);
  * only), a piece of text, or the last (finish_reason set, usage); malloc'd. */
 char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
                       int first, const char *finish);
+
+/* ---- llama.cpp's server's own API (serve_llama.c) ---- */
+
+/* /completion's whole response of a request that is done. */
+char *serve_llama_response(const serve_api *a, const serve_req *r);
+/* One server-sent event of a streamed /completion: text[0..n) and the ids r->gen[from..to)
+ * (those generated since the last event); `last`: the final one (stop true, statistics). */
+char *serve_llama_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
+                        uint32_t from, uint32_t to, int last);
+/* The answers of POST /tokenize, /detokenize and /apply-template to body[0..len), and of
+ * GET /props: the JSON (malloc'd; an error object when the body is not valid, *status then
+ * 400, else 200; NULL without memory). */
+char *serve_llama_tokenize(const serve_api *a, const char *body, size_t len, int *status);
+char *serve_llama_detokenize(const serve_api *a, const char *body, size_t len, int *status);
+char *serve_llama_apply_template(const serve_api *a, const char *body, size_t len,
+                                 int *status);
+char *serve_llama_props(const serve_api *a);
 
 #endif

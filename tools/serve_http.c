@@ -7,8 +7,10 @@
  * waits for the next piece of text; a non-streamed one waits in the handler, watching its
  * socket so that a client who leaves frees its slot either way.
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
- * GET /metrics (Prometheus text). Bodies over 8 MiB are refused (413).
+ * Routes: OpenAI's POST /v1/chat/completions and /v1/completions, GET /v1/models;
+ * llama.cpp's server's own POST /completion, /tokenize, /detokenize, /apply-template and
+ * GET /props; GET /health, GET /metrics (Prometheus text). Bodies over 8 MiB are refused
+ * (413).
  */
 #include <microhttpd.h>
 #include <poll.h>
@@ -42,6 +44,7 @@ struct stream {
     struct serve_http *h;
     serve_req *r;
     size_t sent;       /* bytes of r->text already in events */
+    uint32_t sent_tokens; /* SERVE_LLAMA: ids of r->gen already in events */
     int started, ended;
     char *out;         /* the event being written */
     size_t out_len, out_off;
@@ -135,6 +138,27 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c)
 
 /* ---- streamed replies ---------------------------------------------------------------------- */
 
+/* The end of a stream: OpenAI's last chunk and [DONE], or llama.cpp's final event (its
+ * server sends no [DONE]); a failure's error object as an event in their place. */
+static char *last_event(struct stream *st)
+{
+    serve_req *r = st->r;
+    const serve_api *a = &st->h->api;
+    const int llama = r->kind == SERVE_LLAMA;
+    char *last = r->error ? NULL
+                 : llama  ? serve_llama_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 1)
+                          : serve_api_chunk(a, r, NULL, 0, 0, r->finish);
+    char *err = r->error ? serve_api_error(r->error, "server_error") : NULL;
+    const char *body = last ? last : err ? err : "";
+    size_t n = strlen(body) + 32;
+    char *ev = malloc(n);
+    if (ev)
+        snprintf(ev, n, "%s%s%s%s", last ? "" : "data: ", body, last ? "" : "\n\n",
+                 llama ? "" : "data: [DONE]\n\n");
+    free(last), free(err);
+    return ev;
+}
+
 /* The next event of st into st->out: the role, new text, or the end; 0 when one was made,
  * 1 when the stream is over. Waits (under r->mu) for the engine thread. */
 static int next_event(struct stream *st)
@@ -142,25 +166,23 @@ static int next_event(struct stream *st)
     serve_req *r = st->r;
     const serve_api *a = &st->h->api;
     pthread_mutex_lock(&r->mu);
-    const int role = !st->started && r->chat; /* the first event of a chat needs no text */
+    /* the first event of a chat needs no text */
+    const int role = !st->started && r->kind == SERVE_CHAT;
     while (!role && r->len == st->sent && !r->done)
         pthread_cond_wait(&r->cv, &r->mu);
     char *ev = NULL;
     if (role) {
         ev = serve_api_chunk(a, r, NULL, 0, 1, NULL);
+    } else if (r->len > st->sent && r->kind == SERVE_LLAMA) {
+        ev = serve_llama_chunk(a, r, r->text + st->sent, r->len - st->sent, st->sent_tokens,
+                               r->n_gen, 0);
+        st->sent = r->len, st->sent_tokens = r->n_gen;
     } else if (r->len > st->sent) {
         ev = serve_api_chunk(a, r, r->text + st->sent, r->len - st->sent, 0, NULL);
         st->sent = r->len;
     } else if (r->done && !st->ended) {
         st->ended = 1;
-        char *last = r->error ? NULL : serve_api_chunk(a, r, NULL, 0, 0, r->finish);
-        char *err = r->error ? serve_api_error(r->error, "server_error") : NULL;
-        const char *body = last ? last : err ? err : "";
-        size_t n = strlen(body) + 32;
-        if ((ev = malloc(n)))
-            snprintf(ev, n, "%s%s%sdata: [DONE]\n\n", last ? "" : "data: ", body,
-                     last ? "" : "\n\n");
-        free(last), free(err);
+        ev = last_event(st);
     }
     st->started = 1;
     pthread_mutex_unlock(&r->mu);
@@ -248,7 +270,8 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
                                           "the reply, so the request was cancelled (keep the "
                                           "sending side open until the reply comes)",
                                           "invalid_request_error")
-                        : serve_api_response(&h->api, r);
+                 : r->kind == SERVE_LLAMA ? serve_llama_response(&h->api, r)
+                                          : serve_api_response(&h->api, r);
     unsigned status = r->error ? 500 : gone ? 499 : MHD_HTTP_OK;
     pthread_mutex_unlock(&r->mu);
     serve_req_release(r);
@@ -257,14 +280,12 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
 
 /* ---- the handler ------------------------------------------------------------------------- */
 
-static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c, int chat,
-                                  struct conn *cn)
+static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c,
+                                  enum serve_kind kind, struct conn *cn)
 {
-    if (cn->too_large)
-        return error(c, 413, "the request body is over 8 MiB", "invalid_request_error");
     int status;
     char *err;
-    serve_req *r = serve_api_request(&h->api, chat, cn->body ? cn->body : "", cn->len,
+    serve_req *r = serve_api_request(&h->api, kind, cn->body ? cn->body : "", cn->len,
                                      &status, &err);
     if (!r)
         return reply(c, (unsigned)status, "application/json", err);
@@ -275,6 +296,34 @@ static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c
     }
     return r->stream ? stream(h, c, r) : whole(h, c, r);
 }
+
+/* llama.cpp's server's routes that answer at once from the tokenizer and template. */
+static enum MHD_Result utility(struct serve_http *h, struct MHD_Connection *c,
+                               char *(*answer)(const serve_api *, const char *, size_t, int *),
+                               struct conn *cn)
+{
+    int status = 500;
+    char *body = answer(&h->api, cn->body ? cn->body : "", cn->len, &status);
+    return reply(c, (unsigned)status, "application/json", body);
+}
+
+static const struct {
+    const char *url;
+    enum serve_kind kind;
+} completions[] = {
+    {"/v1/chat/completions", SERVE_CHAT}, {"/chat/completions", SERVE_CHAT},
+    {"/v1/completions", SERVE_COMPLETION},
+    /* llama.cpp's server's own, whose /completions is its too (not OpenAI's) */
+    {"/completion", SERVE_LLAMA}, {"/completions", SERVE_LLAMA},
+};
+
+static const struct {
+    const char *url;
+    char *(*answer)(const serve_api *, const char *, size_t, int *);
+} utilities[] = {
+    {"/tokenize", serve_llama_tokenize}, {"/detokenize", serve_llama_detokenize},
+    {"/apply-template", serve_llama_apply_template},
+};
 
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
                              const char *method, struct conn *cn)
@@ -287,10 +336,22 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
         return get ? models(h, c) : error(c, 405, "use GET", "invalid_request_error");
     if (!strcmp(url, "/metrics"))
         return get ? metrics(h, c) : error(c, 405, "use GET", "invalid_request_error");
-    int chat = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions");
-    if (chat || !strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))
-        return post ? completion(h, c, chat, cn)
-                    : error(c, 405, "use POST", "invalid_request_error");
+    if (!strcmp(url, "/props"))
+        return get ? reply(c, 200, "application/json", serve_llama_props(&h->api))
+                   : error(c, 405, "use GET (moevm serve's properties are set by its command "
+                           "line)", "invalid_request_error");
+    for (size_t i = 0; i < sizeof completions / sizeof *completions; i++)
+        if (!strcmp(url, completions[i].url))
+            return !post ? error(c, 405, "use POST", "invalid_request_error")
+                   : cn->too_large ? error(c, 413, "the request body is over 8 MiB",
+                                           "invalid_request_error")
+                                   : completion(h, c, completions[i].kind, cn);
+    for (size_t i = 0; i < sizeof utilities / sizeof *utilities; i++)
+        if (!strcmp(url, utilities[i].url))
+            return !post ? error(c, 405, "use POST", "invalid_request_error")
+                   : cn->too_large ? error(c, 413, "the request body is over 8 MiB",
+                                           "invalid_request_error")
+                                   : utility(h, c, utilities[i].answer, cn);
     char msg[300];
     snprintf(msg, sizeof msg, "no route %s %.200s", method, url);
     return error(c, 404, msg, "not_found_error");
@@ -388,9 +449,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
-                                    const char *model_id, const mvm_sampler_params *defaults,
-                                    int32_t default_max_tokens, int default_ignore_eos,
-                                    uint16_t *bound)
+                             const struct serve_api *api, uint16_t *bound)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) /* cmd_serve.c checked it */
@@ -400,10 +459,10 @@ serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
         return NULL;
     mvm_engine_info in;
     mvm_engine_get_info(serve_engine(s), &in);
-    *h = (struct serve_http){s,
-                             {serve_engine(s), model_id, *defaults, default_max_tokens,
-                              default_ignore_eos, in.n_ctx},
-                             NULL};
+    h->s = s;
+    h->api = *api;
+    h->api.e = serve_engine(s);
+    h->api.n_ctx = in.n_ctx, h->api.n_seq = in.n_seq, h->api.n_vocab = in.n_vocab;
     struct MHD_Daemon *d = h->d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, port, NULL, NULL,
         handle, h, MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_SOCK_ADDR,

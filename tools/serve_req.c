@@ -16,6 +16,9 @@ serve_req *serve_req_new(void)
     pthread_cond_init(&r->cv, NULL);
     r->refs = 1;
     r->max_tokens = -1;
+    r->cache_prompt = 1;
+    r->id_slot = -1;
+    r->stop_word = -1;
     return r;
 }
 
@@ -32,7 +35,7 @@ void serve_req_release(serve_req *r)
     pthread_cond_destroy(&r->cv);
     for (uint32_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
-    free(r->prompt), free(r->text), free(r->error);
+    free(r->prompt), free(r->text), free(r->error), free(r->gen);
     free(r);
 }
 
@@ -48,5 +51,18 @@ int serve_req_append(serve_req *r, const char *s, size_t n)
     memcpy(r->text + r->len, s, n);
     r->len += n;
     r->text[r->len] = '\0';
+    return 0;
+}
+
+int serve_req_add_token(serve_req *r, int32_t id)
+{
+    if (r->n_gen == r->gen_cap) {
+        uint32_t cap = 2 * r->gen_cap + 64;
+        int32_t *g = realloc(r->gen, cap * sizeof *g);
+        if (!g)
+            return -1;
+        r->gen = g, r->gen_cap = cap;
+    }
+    r->gen[r->n_gen] = id;
     return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/compute/clock.h"
 #include "tools/cli_engine.h"
 #include "tools/serve.h"
 
@@ -139,6 +140,7 @@ static void finish(serve *s, struct slot *sl, const char *reason, const char *er
     if (!error && sl->n_pending && serve_req_append(r, sl->pending, sl->n_pending))
         error = "out of memory for the reply";
     r->done = 1;
+    r->t_end = mvm_now_s();
     r->finish = error ? NULL : reason;
     if (error)
         r->error = strdup(error);
@@ -182,11 +184,11 @@ static int release(struct slot *sl, const char *piece, size_t np)
     memcpy(sl->pending + sl->n_pending, piece, np);
     sl->n_pending += np;
     size_t keep = 0, cut = sl->n_pending;
-    int stopped = 0;
+    int stopped = 0, word = -1;
     for (uint32_t i = 0; i < r->n_stop; i++) {
         const char *hit = memmem(sl->pending, sl->n_pending, r->stop[i], strlen(r->stop[i]));
         if (hit && (size_t)(hit - sl->pending) < cut)
-            cut = (size_t)(hit - sl->pending), stopped = 1;
+            cut = (size_t)(hit - sl->pending), stopped = 1, word = (int)i;
         /* the longest end of the pending text that starts this stop string */
         for (size_t k = strlen(r->stop[i]) - 1; k > keep; k--)
             if (k <= sl->n_pending && !memcmp(sl->pending + sl->n_pending - k, r->stop[i], k)) {
@@ -199,6 +201,7 @@ static int release(struct slot *sl, const char *piece, size_t np)
         out -= utf8_incomplete(sl->pending, out);
     pthread_mutex_lock(&r->mu);
     int bad = serve_req_append(r, sl->pending, out);
+    r->stop_word = word;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     if (bad)
@@ -211,14 +214,18 @@ static int release(struct slot *sl, const char *piece, size_t np)
 /* ---- a round ------------------------------------------------------------------------------ */
 
 /* A new request's slot: what its cache shares with the prompt is kept (all but the last
- * token, whose logits are needed), the rest is read in the rounds to come. */
+ * token, whose logits are needed; nothing when the request says cache_prompt false), the
+ * rest is read in the rounds to come. */
 static void start(serve *s, struct slot *sl, uint32_t seq)
 {
     serve_req *r = sl->req;
     uint32_t k = mvm_cli_common_prefix(r->prompt, r->n_prompt, sl->cached, sl->n_cached);
-    if (k == r->n_prompt)
-        k--;
+    if (k == r->n_prompt || !r->cache_prompt)
+        k = r->cache_prompt ? k - 1 : 0;
     mvm_engine_truncate(s->e, seq, k);
+    pthread_mutex_lock(&r->mu);
+    r->slot = seq, r->n_cached = k, r->t_start = r->t_prompt = mvm_now_s();
+    pthread_mutex_unlock(&r->mu);
     sl->n_cached = sl->fed = k;
     sl->logits = NULL;
     sl->started = 1;
@@ -246,19 +253,26 @@ static int32_t next_token(serve *s, struct slot *sl)
     if (next < 0 || mvm_engine_is_eog(s->e, next))
         return finish(s, sl, "stop", next < 0 ? "no token could be sampled (NaN logits)" : NULL),
                -1;
-    char piece[256];
-    size_t np = mvm_engine_token_piece(s->e, next, piece, sizeof piece);
-    int stopped = release(sl, piece, np < sizeof piece ? np : sizeof piece);
+    /* the id first: a stream's event for the text carries the tokens counted by then */
     pthread_mutex_lock(&r->mu);
+    int stopped = r->kind == SERVE_LLAMA && serve_req_add_token(r, next) ? -1 : 0;
     r->n_gen++;
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&s->mu);
     s->metrics.generated_tokens++;
     pthread_mutex_unlock(&s->mu);
+    char piece[256];
+    size_t np = mvm_engine_token_piece(s->e, next, piece, sizeof piece);
+    if (!stopped)
+        stopped = release(sl, piece, np < sizeof piece ? np : sizeof piece);
     if (stopped)
         return finish(s, sl, "stop", stopped < 0 ? "out of memory for the reply" : NULL), -1;
-    if (sl->n_cached + 1 >= s->info.n_ctx)
+    if (sl->n_cached + 1 >= s->info.n_ctx) {
+        pthread_mutex_lock(&r->mu);
+        r->truncated = 1;
+        pthread_mutex_unlock(&r->mu);
         return finish(s, sl, "length", NULL), -1;
+    }
     return next;
 }
 
@@ -324,6 +338,11 @@ static void round_run(serve *s)
         sl->cached[sl->n_cached++] = s->batch[k].id;
         if (!sl->logits)
             sl->fed++;
+        if (!sl->logits && s->batch[k].logits) { /* the prompt read: its time ends here */
+            pthread_mutex_lock(&sl->req->mu);
+            sl->req->t_prompt = mvm_now_s();
+            pthread_mutex_unlock(&sl->req->mu);
+        }
         if (s->batch[k].logits)
             sl->logits = s->rows + (size_t)row++ * s->info.n_vocab;
     }
@@ -336,14 +355,15 @@ static void round_run(serve *s)
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
-/* The free slot whose cache shares the longest prefix with r's prompt; -1 when none is free. */
+/* The free slot whose cache shares the longest prefix with r's prompt (the one it asked
+ * for, id_slot, if that is free); -1 when none is. */
 static int pick_slot(const serve *s, const serve_req *r)
 {
     int best = -1;
     uint32_t best_k = 0;
     for (uint32_t i = 0; i < s->info.n_seq; i++) {
         const struct slot *sl = &s->slots[i];
-        if (sl->req)
+        if (sl->req || (r->id_slot >= 0 && (uint32_t)r->id_slot != i))
             continue;
         uint32_t k = mvm_cli_common_prefix(r->prompt, r->n_prompt, sl->cached, sl->n_cached);
         if (best < 0 || k > best_k)
@@ -352,17 +372,20 @@ static int pick_slot(const serve *s, const serve_req *r)
     return best;
 }
 
-/* Moves queued requests into free slots (under s->mu); the number of active slots. */
+/* Moves queued requests into free slots, in their order (under s->mu); one that waits for
+ * the slot it asked for lets those behind it pass. The number of active slots. */
 static uint32_t admit(serve *s)
 {
-    while (s->head) {
-        int i = pick_slot(s, s->head);
-        if (i < 0)
-            break;
+    for (serve_req **at = &s->head, *prev = NULL; *at;) {
+        int i = pick_slot(s, *at);
+        if (i < 0) {
+            prev = *at, at = &(*at)->next;
+            continue;
+        }
         struct slot *sl = &s->slots[i];
-        serve_req *r = s->head;
-        if (!(s->head = r->next))
-            s->tail = NULL;
+        serve_req *r = *at;
+        if (!(*at = r->next))
+            s->tail = prev;
         s->queued--;
         r->next = NULL;
         sl->req = r;

@@ -356,6 +356,11 @@ mvm_status mvm_engine_chat_format(const mvm_engine *e, const char *messages_json
     return st;
 }
 
+const char *mvm_engine_chat_template(const mvm_engine *e)
+{
+    return e->tmpl ? mvm_chat_template_source(e->tmpl) : NULL;
+}
+
 mvm_status mvm_engine_set_chat_template(mvm_engine *e, const char *src, size_t len)
 {
     if (!e->tok)

@@ -9,6 +9,7 @@
 
 struct mvm_chat_template {
     mvm_jinja *jinja;
+    char *src;       /* the Jinja source, as given */
     int builtin;
     char *bos, *eos; /* the vocabulary's texts; "" when it has none */
     int add_bos;
@@ -37,7 +38,8 @@ static mvm_status make(const char *src, size_t len, int builtin, const mvm_token
     ct->bos = token_text(t, mvm_tokenizer_bos(t));
     ct->eos = token_text(t, mvm_tokenizer_eos(t));
     ct->add_bos = mvm_tokenizer_adds_bos(t);
-    mvm_status st = !ct->bos || !ct->eos ? mvm_fail(MVM_ERR_NOMEM, "out of memory")
+    ct->src = strndup(src, len);
+    mvm_status st = !ct->bos || !ct->eos || !ct->src ? mvm_fail(MVM_ERR_NOMEM, "out of memory")
                                          : mvm_jinja_parse(src, len, &ct->jinja);
     if (st != MVM_OK) {
         mvm_chat_template_free(ct);
@@ -70,12 +72,15 @@ void mvm_chat_template_free(mvm_chat_template *ct)
     if (!ct)
         return;
     mvm_jinja_free(ct->jinja);
+    free(ct->src);
     free(ct->bos);
     free(ct->eos);
     free(ct);
 }
 
 int mvm_chat_template_builtin(const mvm_chat_template *ct) { return ct->builtin; }
+
+const char *mvm_chat_template_source(const mvm_chat_template *ct) { return ct->src; }
 
 static mvm_status check_messages(const cJSON *messages)
 {

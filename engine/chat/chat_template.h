@@ -32,6 +32,8 @@ mvm_status mvm_chat_template_from_text(const char *src, size_t len, const mvm_to
 void mvm_chat_template_free(mvm_chat_template *ct);
 /* 1 when the model had no template and ChatML stands in. */
 int mvm_chat_template_builtin(const mvm_chat_template *ct);
+/* Its Jinja source (ChatML's when builtin). */
+const char *mvm_chat_template_source(const mvm_chat_template *ct);
 
 /* The prompt of `messages` (a JSON array of objects with "role" and "content"), the
  * variables of `extra` (a JSON object, or NULL) added, into *out (malloc'd). When the

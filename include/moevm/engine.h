@@ -145,6 +145,10 @@ mvm_status mvm_engine_chat_format(const mvm_engine *e, const char *messages_json
                                   const char *extra_json, int add_generation_prompt,
                                   char **out);
 
+/* The Jinja source of the chat template in use (the model's, ChatML standing in for a
+ * model without one, or the one set below); NULL when the model has no tokenizer. */
+const char *mvm_engine_chat_template(const mvm_engine *e);
+
 /* Replaces the model's chat template by the Jinja source src[0..len) (a user's
  * --chat-template-file). MVM_ERR_INVALID naming the line of a syntax error. */
 mvm_status mvm_engine_set_chat_template(mvm_engine *e, const char *src, size_t len);

@@ -1,15 +1,19 @@
 /*
- * libFuzzer target for `moevm serve`'s requests (tools/serve_api.c): the body of a POST to
- * /v1/completions or /v1/chat/completions, which comes from the network, read as the
- * server reads it, then answered as the server answers it. The first byte: bit 0 picks the
- * route (1: chat), bits 1-7 how many of the last bytes are the reply's text instead (a
- * model's bytes, which need not be UTF-8); the rest is the body. Promises (a broken one
+ * libFuzzer target for `moevm serve`'s requests (tools/serve_api.c, tools/serve_llama.c):
+ * the body of a POST to /v1/completions, /v1/chat/completions or llama.cpp's /completion,
+ * which comes from the network, read as the server reads it, then answered as the server
+ * answers it; for /completion's route, the same body also to /tokenize, /detokenize and
+ * /apply-template. The first byte: bit 0 picks chat, else bit 1 llama.cpp's /completion,
+ * else /v1/completions; bits 2-7 how many of the last bytes are the reply's text instead
+ * (a model's bytes, which need not be UTF-8); the rest is the body. Promises (a broken one
  * traps, so libFuzzer reports it like a crash):
  *   - a request is read, or refused with status 400 and an error object that parses as
  *     JSON; never both, never neither;
- *   - a request read keeps its fields in their ranges (sampling, max_tokens, stops);
+ *   - a request read keeps its fields in their ranges (sampling, max_tokens, stops, slot);
  *   - the whole response and every stream chunk of the reply parse as JSON, their text is
- *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut.
+ *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut;
+ *   - /tokenize, /detokenize and /apply-template answer a JSON object: their result with
+ *     200, or an error object with a one-line message and 400.
  * The engine is a double here (mvm_engine_tokenize: a token a byte; mvm_engine_chat_format:
  * "role: content" lines, refusing what a template could not render): the tokenizers and
  * the chat templates have their own targets (fuzz_inputs.c), this one is the JSON around
@@ -58,6 +62,31 @@ mvm_status mvm_engine_tokenize(const mvm_engine *e, const char *text, size_t len
         out[(*n)++] = 2 + (unsigned char)text[i];
     }
     return MVM_OK;
+}
+
+/* Token 1 is the BOS (a control token: no bytes), 2 + b the byte b. */
+enum { N_VOCAB = 258 };
+
+size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t cap)
+{
+    (void)e;
+    if (id < 2 || id >= N_VOCAB)
+        return 0;
+    if (cap)
+        buf[0] = (char)(id - 2);
+    return 1;
+}
+
+const char *mvm_engine_token_text(const mvm_engine *e, int32_t id)
+{
+    (void)e;
+    return id == 1 ? "<s>" : id >= 0 && id < N_VOCAB ? "x" : NULL;
+}
+
+const char *mvm_engine_chat_template(const mvm_engine *e)
+{
+    (void)e;
+    return "{{ messages }}";
 }
 
 /* The messages JSON that the server made must parse; a message that is not an object with
@@ -109,10 +138,17 @@ static cJSON *parsed(const char *json)
     return o;
 }
 
-/* The choice's text in an answer (its message's or delta's content, or its text) equals
- * want; a delta without content stands for empty text. */
-static void check_text(const cJSON *o, int chat, const char *want)
+/* The text in an answer equals want: /completion's content, or the choice's (its
+ * message's or delta's content, or its text); a delta without content stands for empty
+ * text. */
+static void check_text(const cJSON *o, enum serve_kind kind, const char *want)
 {
+    if (kind == SERVE_LLAMA) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "content");
+        require(cJSON_IsString(t) && strcmp(t->valuestring, want) == 0);
+        return;
+    }
+    const int chat = kind == SERVE_CHAT;
     const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
     require(cJSON_IsObject(c));
     const cJSON *t;
@@ -128,9 +164,12 @@ static void check_text(const cJSON *o, int chat, const char *want)
     require(cJSON_IsString(t) && strcmp(t->valuestring, want) == 0);
 }
 
-static void check_request(const serve_api *a, const serve_req *r, int chat)
+static void check_request(const serve_api *a, const serve_req *r, enum serve_kind kind)
 {
-    require(r->chat == chat && r->n_prompt >= 1 && r->n_prompt < a->n_ctx);
+    require(r->kind == kind && r->n_prompt >= 1 && r->n_prompt < a->n_ctx);
+    require(r->id_slot >= -1 && r->id_slot < (int32_t)a->n_seq);
+    for (uint32_t i = 0; i < r->n_prompt; i++)
+        require(r->prompt[i] >= 0 && (uint32_t)r->prompt[i] < a->n_vocab);
     require(r->sp.temperature >= 0 && r->sp.temperature <= 100);
     require(r->sp.top_p > 0 && r->sp.top_p <= 1 && r->sp.top_k >= 0);
     require(r->sp.min_p >= 0 && r->sp.min_p <= 1 && r->sp.repeat_penalty > 0);
@@ -140,27 +179,47 @@ static void check_request(const serve_api *a, const serve_req *r, int chat)
         require(r->stop[i] && r->stop[i][0] && strlen(r->stop[i]) <= 256);
 }
 
+/* The ids of a /completion answer: `tokens` an array of n ids. */
+static void check_ids(const cJSON *o, uint32_t n)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    require(cJSON_IsArray(t) && (uint32_t)cJSON_GetArraySize(t) == n);
+}
+
+/* One stream event of the reply's piece text[0..n) (the ids of its bytes, for /completion). */
+static char *chunk(const serve_api *a, serve_req *r, const char *text, size_t n, int first,
+                   const char *finish, size_t at)
+{
+    if (r->kind != SERVE_LLAMA)
+        return serve_api_chunk(a, r, text, n, first, finish);
+    return serve_llama_chunk(a, r, text, n, (uint32_t)at, (uint32_t)(at + n), finish != NULL);
+}
+
 /* The reply text[0..n) answered whole and in two chunks (cut at `cut`, maybe inside a
  * character, as the engine thread never does: each chunk is still valid JSON). */
 static void check_answers(const serve_api *a, serve_req *r, const char *text, size_t n)
 {
     require(serve_req_append(r, text, n) == 0);
-    r->n_gen = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        require(serve_req_add_token(r, 2 + (unsigned char)text[i]) == 0);
+        r->n_gen++;
+    }
     r->finish = "stop";
     char *want = mvm_cli_valid_utf8(text, n);
     require(want != NULL && strlen(want) >= n); /* every byte kept, or replaced */
-    char *json = serve_api_response(a, r);
+    char *json = r->kind == SERVE_LLAMA ? serve_llama_response(a, r) : serve_api_response(a, r);
     cJSON *o = parsed(json);
-    check_text(o, r->chat, want);
+    check_text(o, r->kind, want);
+    if (r->kind == SERVE_LLAMA)
+        check_ids(o, r->return_tokens ? (uint32_t)n : 0);
     cJSON_Delete(o);
     free(json);
     free(want);
     const size_t cut = n / 2;
     const struct { const char *s; size_t n; int first; const char *finish; } parts[] = {
         {text, cut, 1, NULL}, {text + cut, n - cut, 0, NULL}, {"", 0, 0, "length"}};
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
-        char *ev = serve_api_chunk(a, r, parts[i].s, parts[i].n, parts[i].first,
-                                   parts[i].finish);
+    for (size_t i = 0, at = 0; i < sizeof parts / sizeof *parts; at += parts[i++].n) {
+        char *ev = chunk(a, r, parts[i].s, parts[i].n, parts[i].first, parts[i].finish, at);
         require(ev && strncmp(ev, "data: ", 6) == 0);
         const size_t len = strlen(ev);
         require(len >= 8 && strcmp(ev + len - 2, "\n\n") == 0);
@@ -168,10 +227,40 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
         char *piece = mvm_cli_valid_utf8(parts[i].s, parts[i].n);
         require(piece != NULL && strlen(piece) >= parts[i].n);
         o = parsed(ev + 6);
-        check_text(o, r->chat, piece);
+        check_text(o, r->kind, piece);
+        if (r->kind == SERVE_LLAMA)
+            check_ids(o, (uint32_t)parts[i].n);
         cJSON_Delete(o);
         free(piece);
         free(ev);
+    }
+}
+
+/* A JSON object with status 200, or an error object with a one-line message and 400. */
+static void check_answer_or_error(char *json, int status)
+{
+    cJSON *o = parsed(json);
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
+    if (status != 200) {
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        require(status == 400 && cJSON_IsString(msg) && msg->valuestring[0] &&
+                !strchr(msg->valuestring, '\n'));
+    } else {
+        require(!err);
+    }
+    cJSON_Delete(o);
+    free(json);
+}
+
+/* /tokenize, /detokenize and /apply-template given the body. */
+static void check_utilities(const serve_api *a, const char *body, size_t len)
+{
+    char *(*const routes[])(const serve_api *, const char *, size_t, int *) = {
+        serve_llama_tokenize, serve_llama_detokenize, serve_llama_apply_template};
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        int status = 0;
+        char *json = routes[i](a, body, len, &status);
+        check_answer_or_error(json, status);
     }
 }
 
@@ -180,8 +269,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    const int chat = data[0] & 1;
-    size_t n_text = data[0] >> 1;
+    const enum serve_kind kind = data[0] & 1   ? SERVE_CHAT
+                                 : data[0] & 2 ? SERVE_LLAMA
+                                               : SERVE_COMPLETION;
+    size_t n_text = data[0] >> 2;
     n_text = n_text < size - 1 ? n_text : size - 1;
     const char *body = (const char *)data + 1, *text = body + (size - 1 - n_text);
     const size_t len = size - 1 - n_text;
@@ -189,10 +280,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const serve_api a = {.e = &engine, .model_id = "fuzz",
                          .defaults = {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40,
                                       .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 7},
-                         .default_max_tokens = -1, .n_ctx = 512};
+                         .default_max_tokens = -1, .n_ctx = 512, .n_seq = 2,
+                         .n_vocab = N_VOCAB, .model_path = "fuzz.gguf"};
+    if (kind == SERVE_LLAMA)
+        check_utilities(&a, body, len);
     int status = 0;
     char *error = NULL;
-    serve_req *r = serve_api_request(&a, chat, body, len, &status, &error);
+    serve_req *r = serve_api_request(&a, kind, body, len, &status, &error);
     require((r == NULL) != (error == NULL));
     if (!r) {
         require(status == 400 || status == 500);
@@ -204,7 +298,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(error);
         return 0;
     }
-    check_request(&a, r, chat);
+    check_request(&a, r, kind);
     check_answers(&a, r, text, n_text);
     serve_req_release(r);
     return 0;

@@ -1,0 +1,319 @@
+/*
+ * llama.cpp's server's own API (serve_api.h; docs/serve.md): what its web UI, its Python
+ * and shell clients and front ends written against it (SillyTavern, ...) call besides
+ * OpenAI's routes. /completion's responses and stream events, and /tokenize, /detokenize,
+ * /apply-template and /props, with the fields and defaults of the llama.cpp server the
+ * project vendors, its server README, so a client cannot tell the two apart on
+ * what both do. What moevm serve does not do (grammars, token probabilities, several
+ * prompts a request) is refused with a 400 naming it, by the request reader.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/serve_api.h"
+
+/* ---- text of tokens -------------------------------------------------------------------- */
+
+/* The bytes of token id into buf[0..cap), control tokens as their texts (llama.cpp's
+ * token_to_piece with special on, as its server shows prompts and tokens); the length. */
+static size_t piece(const serve_api *a, int32_t id, char *buf, size_t cap)
+{
+    size_t n = mvm_engine_token_piece(a->e, id, buf, cap);
+    const char *text = n ? NULL : mvm_engine_token_text(a->e, id);
+    if (text) {
+        n = strlen(text);
+        memcpy(buf, text, n < cap ? n : cap);
+    }
+    return n < cap ? n : cap;
+}
+
+/* Tokens' text, made valid UTF-8 for JSON (malloc'd). */
+static char *detokenize(const serve_api *a, const int32_t *t, size_t n)
+{
+    size_t cap = 256, len = 0;
+    char *s = malloc(cap);
+    for (size_t i = 0; s && i < n; i++) {
+        if (len + 256 > cap) {
+            char *g = realloc(s, cap = 2 * cap + 256);
+            if (!g)
+                free(s);
+            s = g;
+            if (!s)
+                break;
+        }
+        len += piece(a, t[i], s + len, 256);
+    }
+    char *out = s ? mvm_cli_valid_utf8(s, len) : NULL;
+    free(s);
+    return out;
+}
+
+/* r->gen[from..to) */
+static cJSON *id_array(const serve_req *r, uint32_t from, uint32_t to)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (uint32_t i = from; arr && i < to; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->gen[i]));
+    return arr;
+}
+
+static char *print(cJSON *o) /* deletes o */
+{
+    char *out = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return out;
+}
+
+/* ---- /completion ------------------------------------------------------------------------- */
+
+/* A float as the decimal it was given as (0.95, not 0.949999988079071). */
+static double decimal(float f)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", f);
+    return strtod(buf, NULL);
+}
+
+/* The sampling a request runs with (or the server's defaults), in llama.cpp's names. */
+static cJSON *params(const mvm_sampler_params *sp, int32_t n_predict, int ignore_eos,
+                     int stream)
+{
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "seed", (double)(uint32_t)sp->seed);
+    cJSON_AddNumberToObject(p, "temperature", decimal(sp->temperature));
+    cJSON_AddNumberToObject(p, "top_k", sp->top_k);
+    cJSON_AddNumberToObject(p, "top_p", sp->top_p ? decimal(sp->top_p) : 1.0);
+    cJSON_AddNumberToObject(p, "min_p", decimal(sp->min_p));
+    cJSON_AddNumberToObject(p, "repeat_last_n", sp->repeat_last_n);
+    cJSON_AddNumberToObject(p, "repeat_penalty",
+                            sp->repeat_penalty ? decimal(sp->repeat_penalty) : 1.0);
+    cJSON_AddNumberToObject(p, "max_tokens", n_predict);
+    cJSON_AddNumberToObject(p, "n_predict", n_predict);
+    cJSON_AddBoolToObject(p, "ignore_eos", ignore_eos);
+    cJSON_AddBoolToObject(p, "stream", stream);
+    cJSON_AddNumberToObject(p, "n_probs", 0);
+    cJSON *samplers = cJSON_AddArrayToObject(p, "samplers");
+    static const char *const order[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        cJSON_AddItemToArray(samplers, cJSON_CreateString(order[i]));
+    return p;
+}
+
+static void timing(cJSON *t, const char *what, uint32_t n, double ms)
+{
+    char key[40];
+    snprintf(key, sizeof key, "%s_n", what);
+    cJSON_AddNumberToObject(t, key, n);
+    snprintf(key, sizeof key, "%s_ms", what);
+    cJSON_AddNumberToObject(t, key, ms);
+    snprintf(key, sizeof key, "%s_per_token_ms", what);
+    cJSON_AddNumberToObject(t, key, n ? ms / n : 0);
+    snprintf(key, sizeof key, "%s_per_second", what);
+    cJSON_AddNumberToObject(t, key, ms > 0 ? 1e3 * n / ms : 0);
+}
+
+/* The fields of an event or a response that both carry; `last` adds the statistics. */
+static cJSON *event(const serve_api *a, const serve_req *r, const char *text, size_t n,
+                    uint32_t from, uint32_t to, int last)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *t = mvm_cli_valid_utf8(text ? text : "", n);
+    cJSON_AddNumberToObject(o, "index", 0);
+    cJSON_AddStringToObject(o, "content", t ? t : "");
+    free(t);
+    cJSON_AddItemToObject(o, "tokens", id_array(r, from, to));
+    cJSON_AddNumberToObject(o, "id_slot", r->slot);
+    cJSON_AddBoolToObject(o, "stop", last);
+    cJSON_AddNumberToObject(o, "tokens_predicted", r->n_gen);
+    cJSON_AddNumberToObject(o, "tokens_evaluated", r->n_prompt);
+    if (!last)
+        return o;
+    cJSON_AddStringToObject(o, "model", a->model_id);
+    cJSON *gs = params(&r->sp, r->max_tokens, r->ignore_eos, r->stream);
+    cJSON *stop = cJSON_AddArrayToObject(gs, "stop");
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        cJSON_AddItemToArray(stop, cJSON_CreateString(r->stop[i]));
+    cJSON_AddNumberToObject(gs, "n_ctx", a->n_ctx);
+    cJSON_AddStringToObject(gs, "model", a->model_id);
+    cJSON_AddItemToObject(o, "generation_settings", gs);
+    char *prompt = detokenize(a, r->prompt, r->n_prompt);
+    cJSON_AddStringToObject(o, "prompt", prompt ? prompt : "");
+    free(prompt);
+    cJSON_AddBoolToObject(o, "has_new_line", r->text && memchr(r->text, '\n', r->len));
+    cJSON_AddBoolToObject(o, "truncated", r->truncated);
+    const int word = r->stop_word >= 0 && (uint32_t)r->stop_word < r->n_stop;
+    const int limit = r->finish && !strcmp(r->finish, "length");
+    cJSON_AddStringToObject(o, "stop_type", word ? "word" : limit ? "limit" : "eos");
+    cJSON_AddStringToObject(o, "stopping_word", word ? r->stop[r->stop_word] : "");
+    cJSON_AddNumberToObject(o, "tokens_cached", r->n_cached);
+    cJSON *tm = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(tm, "cache_n", r->n_cached);
+    timing(tm, "prompt", r->n_prompt - r->n_cached, 1e3 * (r->t_prompt - r->t_start));
+    timing(tm, "predicted", r->n_gen, 1e3 * (r->t_end - r->t_prompt));
+    return o;
+}
+
+char *serve_llama_response(const serve_api *a, const serve_req *r)
+{
+    /* the ids only when asked for, as llama.cpp's server */
+    return print(event(a, r, r->text, r->len, 0, r->return_tokens ? r->n_gen : 0, 1));
+}
+
+char *serve_llama_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
+                        uint32_t from, uint32_t to, int last)
+{
+    char *json = print(event(a, r, text, n, from, to, last));
+    size_t len = json ? strlen(json) + 9 : 0;
+    char *out = json ? malloc(len) : NULL;
+    if (out)
+        snprintf(out, len, "data: %s\n\n", json);
+    free(json);
+    return out;
+}
+
+/* ---- the other routes -------------------------------------------------------------------- */
+
+/* body parsed into *root; an error object (status 400) when it is not a JSON object */
+static char *parse(const char *body, size_t len, cJSON **root, int *status)
+{
+    char bad[300] = "";
+    *status = 200;
+    if ((*root = serve_api_parse(body, len, bad, sizeof bad)))
+        return NULL;
+    *status = 400;
+    return serve_api_error(bad, "invalid_request_error");
+}
+
+static char *refuse(cJSON *root, const char *bad, int *status)
+{
+    cJSON_Delete(root);
+    *status = bad[0] ? 400 : 500;
+    return serve_api_error(bad[0] ? bad : "out of memory",
+                           bad[0] ? "invalid_request_error" : "server_error");
+}
+
+/* A token's piece for /tokenize's with_pieces: a string where it is whole UTF-8, else its
+ * bytes (a byte token, half of a character), as llama.cpp's server gives it. */
+static cJSON *piece_json(const serve_api *a, int32_t id)
+{
+    char buf[256];
+    size_t n = piece(a, id, buf, sizeof buf);
+    int valid = 1;
+    for (size_t i = 0, k; valid && i < n; i += k)
+        valid = (k = mvm_cli_utf8_char((const unsigned char *)buf + i, n - i)) != 0;
+    if (valid) {
+        buf[n < sizeof buf ? n : sizeof buf - 1] = '\0';
+        return cJSON_CreateString(buf);
+    }
+    cJSON *bytes = cJSON_CreateArray();
+    for (size_t i = 0; bytes && i < n; i++)
+        cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)buf[i]));
+    return bytes;
+}
+
+char *serve_llama_tokenize(const serve_api *a, const char *body, size_t len, int *status)
+{
+    cJSON *root;
+    char *err = parse(body, len, &root, status), bad[512] = "";
+    if (err)
+        return err;
+    int add_special = 0, parse_special = 1, with_pieces = 0;
+    int32_t *t = NULL;
+    size_t n = 0;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
+    if (serve_api_flag(root, "add_special", &add_special, bad, sizeof bad) ||
+        serve_api_flag(root, "parse_special", &parse_special, bad, sizeof bad) ||
+        serve_api_flag(root, "with_pieces", &with_pieces, bad, sizeof bad) ||
+        (content && serve_api_tokens(a, content, "content", add_special, parse_special, &t, &n,
+                                     bad, sizeof bad)))
+        return refuse(root, bad, status);
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (size_t i = 0; arr && i < n; i++) {
+        cJSON *item = cJSON_CreateNumber(t[i]);
+        if (with_pieces) {
+            cJSON *both = cJSON_CreateObject();
+            cJSON_AddItemToObject(both, "id", item);
+            cJSON_AddItemToObject(both, "piece", piece_json(a, t[i]));
+            item = both;
+        }
+        cJSON_AddItemToArray(arr, item);
+    }
+    free(t);
+    cJSON_Delete(root);
+    return print(o);
+}
+
+char *serve_llama_detokenize(const serve_api *a, const char *body, size_t len, int *status)
+{
+    cJSON *root;
+    char *err = parse(body, len, &root, status), bad[512] = "";
+    if (err)
+        return err;
+    int32_t *t = NULL;
+    size_t n = 0;
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    /* ids only: a string among them would be tokenized, which is not what was asked */
+    int ids = !tokens || cJSON_IsArray(tokens);
+    for (const cJSON *e = cJSON_IsArray(tokens) ? tokens->child : NULL; e; e = e->next)
+        ids &= cJSON_IsNumber(e);
+    if (!ids)
+        snprintf(bad, sizeof bad, "'tokens' must be an array of token ids");
+    if (!ids || (tokens && serve_api_tokens(a, tokens, "tokens", 0, 0, &t, &n, bad, sizeof bad)))
+        return refuse(root, bad, status);
+    char *text = detokenize(a, t, n);
+    free(t);
+    cJSON_Delete(root);
+    if (!text)
+        return NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", text);
+    free(text);
+    return print(o);
+}
+
+char *serve_llama_apply_template(const serve_api *a, const char *body, size_t len,
+                                 int *status)
+{
+    cJSON *root;
+    char *err = parse(body, len, &root, status), bad[512] = "";
+    if (err)
+        return err;
+    char *text = serve_api_chat_text(a, root, bad, sizeof bad);
+    if (!text)
+        return refuse(root, bad, status);
+    cJSON_Delete(root);
+    char *valid = mvm_cli_valid_utf8(text, strlen(text));
+    free(text);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", valid ? valid : "");
+    free(valid);
+    return print(o);
+}
+
+char *serve_llama_props(const serve_api *a)
+{
+    cJSON *o = cJSON_CreateObject(), *dgs = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON_AddItemToObject(dgs, "params", params(&a->defaults, a->default_max_tokens,
+                                                a->default_ignore_eos, 0));
+    cJSON_AddNumberToObject(dgs, "n_ctx", a->n_ctx);
+    cJSON_AddNumberToObject(o, "total_slots", a->n_seq);
+    cJSON_AddStringToObject(o, "model_alias", a->model_id);
+    cJSON_AddStringToObject(o, "model_path", a->model_path ? a->model_path : "");
+    cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
+    cJSON_AddBoolToObject(mod, "vision", 0);
+    cJSON_AddBoolToObject(mod, "audio", 0);
+    const char *tmpl = mvm_engine_chat_template(a->e);
+    char *valid = tmpl ? mvm_cli_valid_utf8(tmpl, strlen(tmpl)) : NULL;
+    cJSON_AddStringToObject(o, "chat_template", valid ? valid : "");
+    free(valid);
+    char build[64];
+    snprintf(build, sizeof build, "moevm %s", mvm_version());
+    cJSON_AddStringToObject(o, "build_info", build);
+    cJSON_AddBoolToObject(o, "endpoint_slots", 0);
+    cJSON_AddBoolToObject(o, "endpoint_props", 0);
+    cJSON_AddBoolToObject(o, "endpoint_metrics", 1);
+    return print(o);
+}
