@@ -11,17 +11,20 @@ the context, each an OpenAI error object with its status; the OpenAI Python clie
 streamed chat where the package is installed; SIGTERM ends the server with its statistics;
 llama.cpp's --n-cpu-moe and -ngl taken as `moevm run` takes them; llama.cpp's server's own
 API (/completion whole and streamed, its prompt shapes, stop types, slots and cache,
-/tokenize, /detokenize, /apply-template, /props) against the OpenAI routes' answers.
+/tokenize, /detokenize, /apply-template, /props) against the OpenAI routes' answers; the
+log-probabilities of all three APIs against a softmax of `moevm run --logits-out`'s logits.
 
     test_serve.py MOEVM WORKDIR [ARCH ...]
 Prints "N passed, M failed" last; exit 1 on a failure.
 """
 import http.client
 import json
+import math
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -224,6 +227,85 @@ def llama_api(s, arch):
           f"{arch}: /props {text_props[:300]}")
 
 
+def run_logits(moevm, model, prompt, work, pos):
+    """The logits `moevm run` computes at position pos of the prompt (docs/engine.md's
+    --logits-out file): after the prompt's last, the first generated token's distribution."""
+    path = os.path.join(work, "logits.bin")
+    subprocess.run([moevm, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0",
+                    "-t", "2", "--logits-out", path], check=True, capture_output=True)
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, n_vocab, rows = struct.unpack_from("<4sIII", data)
+    assert magic == b"MVML"
+    for r in range(rows):
+        at = 16 + r * (8 + 4 * n_vocab)
+        if struct.unpack_from("<ii", data, at)[1] == pos:
+            return struct.unpack_from(f"<{n_vocab}f", data, at + 8)
+    raise AssertionError(f"no row at position {pos} of {rows}")
+
+
+def logprobs(s, moevm, model, arch, work):
+    """Each API's log-probabilities: the first token's are log-softmax of the logits
+    `moevm run` computes after the same prompt (the top ones, most probable first, ties to
+    the lower id); greedy picks the most probable; the entries follow the tokens; a stream
+    carries the same entries as the whole reply."""
+    prompt = "Once upon a time"
+    n_prompt = s.post("/completion", {"prompt": prompt, "n_predict": 0})[1]["tokens_evaluated"]
+    logits = run_logits(moevm, model, prompt, work, n_prompt - 1)
+    top = max(logits)
+    lse = top + math.log(sum(math.exp(x - top) for x in logits))
+    want = sorted(range(len(logits)), key=lambda i: (-logits[i], i))[:3]
+    ask = {"prompt": prompt, "n_predict": 4, "temperature": 0, "n_probs": 3,
+           "return_tokens": True}
+    status, body = s.post("/completion", ask)
+    probs = body.get("completion_probabilities", [])
+    first = probs[0]["top_logprobs"] if probs else []
+    check(status == 200 and len(probs) == body["tokens_predicted"] and
+          [p["id"] for p in probs] == body["tokens"] and
+          [t["id"] for t in first] == want and
+          all(abs(t["logprob"] - (logits[t["id"]] - lse)) < 2e-3 for t in first) and
+          all(p["id"] == p["top_logprobs"][0]["id"] and p["logprob"] <= 0 and
+              p["logprob"] == p["top_logprobs"][0]["logprob"] and
+              sorted(t["logprob"] for t in p["top_logprobs"])[::-1] ==
+              [t["logprob"] for t in p["top_logprobs"]] for p in probs),
+          f"{arch}: /completion n_probs {want} {[(t['id'], t['logprob']) for t in first]} "
+          f"lse {lse}: {probs[:1]}")
+    status, events, done = s.stream("/completion", ask)
+    check(status == 200 and
+          [p for e in events for p in e.get("completion_probabilities", [])] == probs,
+          f"{arch}: streamed n_probs differ: {events[:2]}")
+    status, chat = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 4,
+                                              "temperature": 0, "logprobs": 2})
+    lp = chat["choices"][0]["logprobs"] if status == 200 else None
+    check(lp and lp["token_logprobs"] == [p["logprob"] for p in probs] and
+          [list(t.values())[0] for t in lp["top_logprobs"]] == [p["logprob"] for p in probs] and
+          lp["tokens"] == [p["token"] for p in probs] and
+          lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i])
+                                for i in range(len(lp["tokens"]))],
+          f"{arch}: /v1/completions logprobs {lp}")
+    status, c = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS, logprobs=True,
+                                                    top_logprobs=2))
+    content = c["choices"][0]["logprobs"]["content"] if status == 200 else []
+    # the chat's prompt completed by /completion: the same entries, with their ids
+    tmpl = s.post("/apply-template", {"messages": MSGS})[1]["prompt"]
+    status, same = s.post("/completion", {"prompt": tmpl, "n_predict": 12, "temperature": 0,
+                                          "n_probs": 2})
+    strip = [{k: v for k, v in e.items() if k != "id"} for e in
+             same.get("completion_probabilities", [])]
+    for e in strip:
+        e["top_logprobs"] = [{k: v for k, v in t.items() if k != "id"}
+                             for t in e["top_logprobs"]]
+    check(len(content) == c["usage"]["completion_tokens"] and content == strip and
+          all(e["token"] == e["top_logprobs"][0]["token"] and len(e["top_logprobs"]) == 2
+              for e in content), f"{arch}: chat logprobs {str(c)[:300]} {str(strip)[:300]}")
+    status, events, done = s.stream("/v1/chat/completions", dict(GREEDY, messages=MSGS,
+                                                                  logprobs=True))
+    streamed = [e for ev in events for e in (ev["choices"][0].get("logprobs") or
+                                             {}).get("content", [])]
+    check(done and [e["logprob"] for e in streamed] == [e["logprob"] for e in content],
+          f"{arch}: streamed chat logprobs {streamed[:2]}")
+
+
 def errors(s, arch):
     cases = [("POST", "/v1/chat/completions", "{not json", 400),
              ("POST", "/v1/chat/completions", json.dumps({"messages": "hi"}), 400),
@@ -252,7 +334,15 @@ def errors(s, arch):
              ("POST", "/completion", json.dumps({"prompt": [1, None]}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "grammar": "root ::= x"}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "json_schema": {}}), 400),
-             ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 3}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 21}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 2,
+                                                 "post_sampling_probs": True}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "echo": True}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "logprobs": True}), 400),
+             ("POST", "/v1/chat/completions", json.dumps({"messages": MSGS,
+                                                          "top_logprobs": 2}), 400),
+             ("POST", "/v1/chat/completions", json.dumps({"messages": MSGS, "logprobs": 1}),
+              400),
              ("POST", "/completion", json.dumps({"prompt": "x", "id_slot": 3}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "cache_prompt": 1}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "n_predict": -2}), 400),
@@ -522,6 +612,7 @@ def main():
         try:
             reply = basics(s, arch)
             llama_api(s, arch)
+            logprobs(s, moevm, model, arch, work)
             errors(s, arch)
             framing(s, arch)
             concurrent(s, arch)

@@ -25,11 +25,12 @@ static const char *const seeds[] = {
     "\"stream\": true, \"repeat_penalty\": 1.1, \"ignore_eos\": false, \"user\": \"x\"}",
     "{\"model\": \"tiny\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
     "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi \\u00e9\"}]}], "
-    "\"max_tokens\": 4, \"stop\": \"x\", \"logit_bias\": {}}",
+    "\"max_tokens\": 4, \"stop\": \"x\", \"logit_bias\": {}, \"logprobs\": true, "
+    "\"top_logprobs\": 3}",
     "{\"prompt\": [\"a\"], \"n\": 1}",
     "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}], \"stream\": false}",
     "{\"prompt\": [5, \"Once\", 7], \"n_predict\": 3, \"id_slot\": 1, \"cache_prompt\": false, "
-    "\"return_tokens\": true, \"repeat_last_n\": -1, \"n_probs\": 0, \"grammar\": \"\"}",
+    "\"return_tokens\": true, \"repeat_last_n\": -1, \"n_probs\": 4, \"grammar\": \"\"}",
 };
 
 /* Fragments a mutation splices in: structure, wrong types, extremes, escapes, field names. */
@@ -97,6 +98,7 @@ static int well_formed(serve_req *r, int status, char *error)
     if (r) {
         int ok = !error && r->n_prompt > 0 && r->n_stop <= SERVE_MAX_STOP &&
                  r->id_slot >= -1 && r->id_slot < N_SEQ &&
+                 r->top_logprobs <= SERVE_MAX_LOGPROBS && (r->logprobs || !r->top_logprobs) &&
                  r->max_tokens >= -1 && r->sp.temperature >= 0 && r->sp.top_k >= 0 &&
                  r->sp.top_p >= 0 && r->sp.top_p <= 1 && r->sp.min_p >= 0 && r->sp.min_p <= 1;
         for (uint32_t i = 0; i < r->n_stop; i++)
@@ -279,7 +281,10 @@ int main(int argc, char **argv)
         if (r && kind == SERVE_LLAMA)
             CHECK(r->kind == SERVE_LLAMA && r->max_tokens == 3 && r->id_slot == 1 &&
                   !r->cache_prompt && r->return_tokens && r->sp.repeat_last_n == 256 &&
-                  r->n_prompt >= 3 && r->prompt[0] == 5 && r->prompt[r->n_prompt - 1] == 7);
+                  r->n_prompt >= 3 && r->prompt[0] == 5 && r->prompt[r->n_prompt - 1] == 7 &&
+                  r->logprobs && r->top_logprobs == 4);
+        if (r && kind == SERVE_CHAT && i == 1)
+            CHECK(r->logprobs && r->top_logprobs == 3);
         if (!r)
             fprintf(stderr, "  seed %zu: %s\n", i, error ? error : "(no error)");
         serve_req_release(r), free(error);

@@ -1305,6 +1305,71 @@ static void test_sampler_repeat_penalty(void)
     mvm_sampler_free(s);
 }
 
+/* The reference: sorted by logit, highest first, ties by id (NaN last). */
+static const float *ref_logits;
+static int by_logit(const void *a, const void *b)
+{
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float x = ref_logits[i], y = ref_logits[j];
+    if ((x != x) != (y != y))
+        return x != x ? 1 : -1;
+    return x > y ? -1 : x < y ? 1 : (i > j) - (i < j);
+}
+
+/* mvm_sampler_logprobs against a double-precision softmax and a full sort: random logits
+ * with ties, -inf (a masked token) and NaN among them; k from none to more than have a
+ * probability (the rest id -1); the outputs poisoned first. */
+static void test_sampler_logprobs(void)
+{
+    enum { N = 3000, K = 24 };
+    static float l[N];
+    static int32_t order[N];
+    int ok = 1;
+    for (int r = 0; r < 40 && ok; r++) {
+        const uint32_t n = r < 4 ? 1 + (uint32_t)r : N - (uint32_t)r * 7, nan_every = 7 + r % 5;
+        uint32_t numbers = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            l[i] = (float)((int)(next_rand() % 4001) - 2000) * 0.01f; /* ties: 4001 values */
+            if (i % nan_every == 3)
+                l[i] = r % 2 ? NAN : -INFINITY;
+            numbers += l[i] > -INFINITY; /* those with a probability */
+        }
+        double max = -INFINITY, sum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (l[i] == l[i] && l[i] > max)
+                max = l[i];
+        for (uint32_t i = 0; i < n; i++)
+            if (l[i] == l[i])
+                sum += exp((double)l[i] - max);
+        const double lse = max + log(sum);
+        for (uint32_t i = 0; i < n; i++)
+            order[i] = (int32_t)i;
+        ref_logits = l;
+        qsort(order, n, sizeof *order, by_logit);
+        /* k past the tokens with a probability too, in the small rounds */
+        const uint32_t k = r < 4 ? n : (uint32_t)r % (K + 1) < n ? (uint32_t)r % (K + 1) : n;
+        int32_t id[K];
+        float lp[K];
+        for (uint32_t j = 0; j < K; j++)
+            id[j] = 12345, lp[j] = NAN; /* poisoned */
+        const float got = mvm_sampler_logprobs(l, n, k, id, lp);
+        ok &= fabs(got - lse) <= 1e-4 * (1 + fabs(lse));
+        for (uint32_t j = 0; j < k; j++) {
+            const int number = j < numbers;
+            ok &= number ? id[j] == order[j] && fabs(lp[j] - (l[order[j]] - lse)) <= 1e-4
+                         : id[j] == -1;
+        }
+        ok &= k == K || id[k] == 12345; /* nothing written past k */
+        if (!ok)
+            fprintf(stderr, "  round %d: n %u k %u lse %g want %g\n", r, n, k, got, lse);
+    }
+    CHECK(ok);
+    const float none[3] = {NAN, NAN, NAN};
+    int32_t id = 7;
+    float lp = 0;
+    CHECK(mvm_sampler_logprobs(none, 3, 1, &id, &lp) == -INFINITY && id == -1);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/test_tokenizer.XXXXXX");
@@ -1330,6 +1395,7 @@ int main(void)
     RUN(test_sampler_frequencies);
     RUN(test_sampler_ties);
     RUN(test_sampler_repeat_penalty);
+    RUN(test_sampler_logprobs);
     rmdir(dir);
     TEST_END();
 }

@@ -22,6 +22,15 @@
  * front ends written for it (SillyTavern) send a dozen */
 #define SERVE_MAX_STOP 32
 
+/* The alternatives a generated token may report with its log-probability (OpenAI's
+ * top_logprobs limit; llama.cpp's n_probs). */
+#define SERVE_MAX_LOGPROBS 20
+
+typedef struct serve_logprob {
+    int32_t id;
+    float logprob;    /* of the model's distribution (mvm_sampler_logprobs) */
+} serve_logprob;
+
 /* The API a request came by (docs/serve.md): OpenAI's text or chat completions, or
  * llama.cpp's server's own /completion. */
 enum serve_kind { SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA };
@@ -36,6 +45,8 @@ typedef struct serve_req {
     int ignore_eos;           /* llama.cpp's: end-of-generation tokens are never sampled */
     int cache_prompt;         /* a slot's cached prefix may be reused (llama.cpp's) */
     int return_tokens;        /* SERVE_LLAMA: the whole reply gives its token ids */
+    int logprobs;             /* each generated token's log-probability is reported */
+    uint32_t top_logprobs;    /* and that of its most probable alternatives */
     int32_t id_slot;          /* the slot it must have; -1: any */
     mvm_sampler_params sp;
     char *stop[SERVE_MAX_STOP];
@@ -51,7 +62,9 @@ typedef struct serve_req {
     const char *finish;       /* "stop" or "length" once done without an error */
     char *error;              /* why it failed, once done */
     uint32_t n_gen;           /* tokens generated */
-    int32_t *gen;             /* SERVE_LLAMA: their ids, [n_gen] of [gen_cap] */
+    int32_t *gen;             /* their ids, [n_gen] of [gen_cap] */
+    serve_logprob *probs;     /* with logprobs: [gen_cap][1 + top_logprobs], each token's
+                                 own then its alternatives', most probable first */
     uint32_t gen_cap;
     int stop_word;            /* the stop string that ended it; -1: none did */
     int truncated;            /* it ended at the context's end */
@@ -69,9 +82,10 @@ serve_req *serve_req_new(void);
 void serve_req_release(serve_req *r);
 /* Appends s[0..n) to r->text; 0, or -1 without memory. Under r->mu. */
 int serve_req_append(serve_req *r, const char *s, size_t n);
-/* Puts a generated token's id at r->gen[r->n_gen], which the caller then counts; 0, or -1
- * without memory. Under r->mu. */
-int serve_req_add_token(serve_req *r, int32_t id);
+/* Puts a generated token's id at r->gen[r->n_gen] (and with r->logprobs, its row of
+ * 1 + top_logprobs log-probabilities), which the caller then counts; 0, or -1 without
+ * memory. Under r->mu. */
+int serve_req_add_token(serve_req *r, int32_t id, const serve_logprob *row);
 
 typedef struct serve_metrics {
     mvm_engine_stats engine;

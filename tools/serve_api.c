@@ -298,26 +298,53 @@ cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap)
     return root;
 }
 
-/* What llama.cpp's server does that moevm's does not, refused rather than ignored: a reply
- * that silently lacks them would look like one that honoured them. */
+/* What llama.cpp's server or OpenAI's API do that moevm's does not, refused rather than
+ * ignored: a reply that silently lacks them would look like one that honoured them. */
 static int unsupported(const cJSON *body, char *bad, size_t cap)
 {
-    static const char *const fields[] = {"grammar", "json_schema"};
-    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, fields[i]);
-        if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0])) {
-            snprintf(bad, cap, "'%s': constrained sampling is not supported by moevm serve",
-                     fields[i]);
+    static const struct { const char *field, *why; } refused[] = {
+        {"grammar", "constrained sampling is not supported by moevm serve"},
+        {"json_schema", "constrained sampling is not supported by moevm serve"},
+        {"post_sampling_probs", "moevm serve reports the model's probabilities, before "
+                                "sampling (leave it false)"},
+        {"echo", "the prompt's log-probabilities are not supported by moevm serve"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, refused[i].field);
+        if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v) &&
+            !(cJSON_IsString(v) && !v->valuestring[0])) {
+            snprintf(bad, cap, "'%s': %s", refused[i].field, refused[i].why);
             return -1;
         }
     }
-    double probs = 0;
-    if (number(body, "n_probs", 0, 1 << 20, 1, &probs, bad, cap))
-        return -1;
-    if (probs > 0) {
-        snprintf(bad, cap, "'n_probs': token probabilities are not supported by moevm serve");
-        return -1;
+    return 0;
+}
+
+/* The log-probabilities a request asks for, in its API's words: llama.cpp's n_probs (the
+ * alternatives; any at all reports them), OpenAI's chat logprobs (true) and top_logprobs,
+ * and its completions' logprobs (the alternatives, 0 for the token's own alone). */
+static int logprobs(const cJSON *body, serve_req *r, char *bad, size_t cap)
+{
+    double top = -1;
+    const double most = SERVE_MAX_LOGPROBS;
+    if (r->kind == SERVE_LLAMA) {
+        if (number(body, "n_probs", 0, most, 1, &top, bad, cap))
+            return -1;
+        r->logprobs = top > 0;
+    } else if (r->kind == SERVE_COMPLETION) {
+        if (number(body, "logprobs", 0, most, 1, &top, bad, cap))
+            return -1;
+        r->logprobs = top >= 0;
+    } else {
+        if (serve_api_flag(body, "logprobs", &r->logprobs, bad, cap) ||
+            number(body, "top_logprobs", 0, most, 1, &top, bad, cap))
+            return -1;
+        if (top >= 0 && !r->logprobs) {
+            snprintf(bad, cap, "'top_logprobs' needs 'logprobs': true");
+            return -1;
+        }
     }
+    r->top_logprobs = top > 0 ? (uint32_t)top : 0;
     return 0;
 }
 
@@ -349,7 +376,8 @@ serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const cha
     ok = ok && !sampling(a, root, r, bad, sizeof bad) && !stops(root, r, bad, sizeof bad);
     ok = ok && !serve_api_flag(root, "stream", &stream, bad, sizeof bad) &&
          !serve_api_flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
-    ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad);
+    ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
+         !logprobs(root, r, bad, sizeof bad);
     ok = ok && !prompt(a, root, r, bad, sizeof bad);
     if (ok) {
         r->stream = stream;
@@ -388,9 +416,11 @@ static void usage(cJSON *o, const serve_req *r)
     cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + r->n_gen);
 }
 
-/* One choice: a message (chat), a delta (chat chunk) or text (completions). */
-static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int chunk,
-                   int first, const char *finish)
+/* One choice: a message (chat), a delta (chat chunk) or text (completions); the
+ * log-probabilities of the tokens r->gen[from..to) where asked for. */
+static void choice(const serve_api *a, cJSON *o, const serve_req *r, const char *text,
+                   size_t n, uint32_t from, uint32_t to, int chunk, int first,
+                   const char *finish)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
@@ -406,9 +436,16 @@ static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int
             cJSON_AddStringToObject(m, "content", t ? t : "");
     } else {
         cJSON_AddStringToObject(c, "text", t ? t : "");
-        cJSON_AddNullToObject(c, "logprobs");
     }
     free(t);
+    if (!r->logprobs) {
+        cJSON_AddNullToObject(c, "logprobs");
+    } else if (r->kind == SERVE_CHAT) {
+        cJSON_AddItemToObject(cJSON_AddObjectToObject(c, "logprobs"), "content",
+                              serve_api_logprobs(a, r, from, to, 0));
+    } else {
+        cJSON_AddItemToObject(c, "logprobs", serve_api_logprobs_legacy(a, r, from, to));
+    }
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -418,7 +455,7 @@ static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int
 char *serve_api_response(const serve_api *a, const serve_req *r)
 {
     cJSON *o = envelope(a, r, 0);
-    choice(o, r, r->text, r->len, 0, 0, r->finish);
+    choice(a, o, r, r->text, r->len, 0, r->n_gen, 0, 0, r->finish);
     usage(o, r);
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -426,10 +463,10 @@ char *serve_api_response(const serve_api *a, const serve_req *r)
 }
 
 char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
-                      int first, const char *finish)
+                      uint32_t from, uint32_t to, int first, const char *finish)
 {
     cJSON *o = envelope(a, r, 1);
-    choice(o, r, text, n, 1, first, finish);
+    choice(a, o, r, text, n, from, to, 1, first, finish);
     if (finish)
         usage(o, r);
     char *json = cJSON_PrintUnformatted(o);

@@ -51,9 +51,25 @@ char *serve_api_error(const char *message, const char *type);
 /* The whole response of a request that is done (non-streaming). */
 char *serve_api_response(const serve_api *a, const serve_req *r);
 /* One server-sent event "data: {...}\n\n" of a streamed request: the first (role, chat
- * only), a piece of text, or the last (finish_reason set, usage); malloc'd. */
+ * only), a piece of text (the tokens r->gen[from..to) made it: their log-probabilities,
+ * where asked for), or the last (finish_reason set, usage); malloc'd. */
 char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
-                      int first, const char *finish);
+                      uint32_t from, uint32_t to, int first, const char *finish);
+
+/* ---- log-probabilities (serve_logprobs.c) ---- */
+
+/* The bytes of token id into buf[0..cap), control tokens as their texts (llama.cpp's
+ * token_to_piece with special on, as its server shows prompts and tokens); the length. */
+size_t serve_api_piece(const serve_api *a, int32_t id, char *buf, size_t cap);
+/* Those of r->gen[from..to) (r->logprobs set) as OpenAI's chat gives them, an array of
+ * {"token", "bytes", "logprob", "top_logprobs": [...]}, and with_id llama.cpp's server
+ * ("id" in each). */
+cJSON *serve_api_logprobs(const serve_api *a, const serve_req *r, uint32_t from, uint32_t to,
+                          int with_id);
+/* The same as OpenAI's completions give them: {"tokens", "token_logprobs", "top_logprobs"
+ * (an object of token text to log-probability each), "text_offset"}. */
+cJSON *serve_api_logprobs_legacy(const serve_api *a, const serve_req *r, uint32_t from,
+                                 uint32_t to);
 
 /* ---- llama.cpp's server's own API (serve_llama.c) ---- */
 

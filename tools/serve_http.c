@@ -44,7 +44,7 @@ struct stream {
     struct serve_http *h;
     serve_req *r;
     size_t sent;       /* bytes of r->text already in events */
-    uint32_t sent_tokens; /* SERVE_LLAMA: ids of r->gen already in events */
+    uint32_t sent_tokens; /* of r->gen, those already in events */
     int started, ended;
     char *out;         /* the event being written */
     size_t out_len, out_off;
@@ -147,7 +147,8 @@ static char *last_event(struct stream *st)
     const int llama = r->kind == SERVE_LLAMA;
     char *last = r->error ? NULL
                  : llama  ? serve_llama_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 1)
-                          : serve_api_chunk(a, r, NULL, 0, 0, r->finish);
+                          : serve_api_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 0,
+                                            r->finish);
     char *err = r->error ? serve_api_error(r->error, "server_error") : NULL;
     const char *body = last ? last : err ? err : "";
     size_t n = strlen(body) + 32;
@@ -172,14 +173,14 @@ static int next_event(struct stream *st)
         pthread_cond_wait(&r->cv, &r->mu);
     char *ev = NULL;
     if (role) {
-        ev = serve_api_chunk(a, r, NULL, 0, 1, NULL);
-    } else if (r->len > st->sent && r->kind == SERVE_LLAMA) {
-        ev = serve_llama_chunk(a, r, r->text + st->sent, r->len - st->sent, st->sent_tokens,
-                               r->n_gen, 0);
-        st->sent = r->len, st->sent_tokens = r->n_gen;
+        ev = serve_api_chunk(a, r, NULL, 0, 0, 0, 1, NULL);
     } else if (r->len > st->sent) {
-        ev = serve_api_chunk(a, r, r->text + st->sent, r->len - st->sent, 0, NULL);
-        st->sent = r->len;
+        const char *text = r->text + st->sent;
+        const size_t n = r->len - st->sent;
+        ev = r->kind == SERVE_LLAMA
+                 ? serve_llama_chunk(a, r, text, n, st->sent_tokens, r->n_gen, 0)
+                 : serve_api_chunk(a, r, text, n, st->sent_tokens, r->n_gen, 0, NULL);
+        st->sent = r->len, st->sent_tokens = r->n_gen;
     } else if (r->done && !st->ended) {
         st->ended = 1;
         ev = last_event(st);

@@ -4,8 +4,8 @@
  * OpenAI's routes. /completion's responses and stream events, and /tokenize, /detokenize,
  * /apply-template and /props, with the fields and defaults of the llama.cpp server the
  * project vendors, its server README, so a client cannot tell the two apart on
- * what both do. What moevm serve does not do (grammars, token probabilities, several
- * prompts a request) is refused with a 400 naming it, by the request reader.
+ * what both do. What moevm serve does not do (grammars, probabilities after sampling,
+ * several prompts a request) is refused with a 400 naming it, by the request reader.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -16,19 +16,6 @@
 #include "tools/serve_api.h"
 
 /* ---- text of tokens -------------------------------------------------------------------- */
-
-/* The bytes of token id into buf[0..cap), control tokens as their texts (llama.cpp's
- * token_to_piece with special on, as its server shows prompts and tokens); the length. */
-static size_t piece(const serve_api *a, int32_t id, char *buf, size_t cap)
-{
-    size_t n = mvm_engine_token_piece(a->e, id, buf, cap);
-    const char *text = n ? NULL : mvm_engine_token_text(a->e, id);
-    if (text) {
-        n = strlen(text);
-        memcpy(buf, text, n < cap ? n : cap);
-    }
-    return n < cap ? n : cap;
-}
 
 /* Tokens' text, made valid UTF-8 for JSON (malloc'd). */
 static char *detokenize(const serve_api *a, const int32_t *t, size_t n)
@@ -44,7 +31,7 @@ static char *detokenize(const serve_api *a, const int32_t *t, size_t n)
             if (!s)
                 break;
         }
-        len += piece(a, t[i], s + len, 256);
+        len += serve_api_piece(a, t[i], s + len, 256);
     }
     char *out = s ? mvm_cli_valid_utf8(s, len) : NULL;
     free(s);
@@ -79,7 +66,7 @@ static double decimal(float f)
 
 /* The sampling a request runs with (or the server's defaults), in llama.cpp's names. */
 static cJSON *params(const mvm_sampler_params *sp, int32_t n_predict, int ignore_eos,
-                     int stream)
+                     int stream, uint32_t n_probs)
 {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "seed", (double)(uint32_t)sp->seed);
@@ -94,7 +81,7 @@ static cJSON *params(const mvm_sampler_params *sp, int32_t n_predict, int ignore
     cJSON_AddNumberToObject(p, "n_predict", n_predict);
     cJSON_AddBoolToObject(p, "ignore_eos", ignore_eos);
     cJSON_AddBoolToObject(p, "stream", stream);
-    cJSON_AddNumberToObject(p, "n_probs", 0);
+    cJSON_AddNumberToObject(p, "n_probs", n_probs);
     cJSON *samplers = cJSON_AddArrayToObject(p, "samplers");
     static const char *const order[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
@@ -115,7 +102,9 @@ static void timing(cJSON *t, const char *what, uint32_t n, double ms)
     cJSON_AddNumberToObject(t, key, ms > 0 ? 1e3 * n / ms : 0);
 }
 
-/* The fields of an event or a response that both carry; `last` adds the statistics. */
+/* The fields of an event or a response that both carry, of the text[0..n) the tokens
+ * r->gen[from..to) made (their ids where streamed or asked for, as llama.cpp's server
+ * gives them, and their probabilities where asked for); `last` adds the statistics. */
 static cJSON *event(const serve_api *a, const serve_req *r, const char *text, size_t n,
                     uint32_t from, uint32_t to, int last)
 {
@@ -124,7 +113,11 @@ static cJSON *event(const serve_api *a, const serve_req *r, const char *text, si
     cJSON_AddNumberToObject(o, "index", 0);
     cJSON_AddStringToObject(o, "content", t ? t : "");
     free(t);
-    cJSON_AddItemToObject(o, "tokens", id_array(r, from, to));
+    const int ids = r->stream || r->return_tokens;
+    cJSON_AddItemToObject(o, "tokens", id_array(r, from, ids ? to : from));
+    if (r->logprobs)
+        cJSON_AddItemToObject(o, "completion_probabilities",
+                              serve_api_logprobs(a, r, from, to, 1));
     cJSON_AddNumberToObject(o, "id_slot", r->slot);
     cJSON_AddBoolToObject(o, "stop", last);
     cJSON_AddNumberToObject(o, "tokens_predicted", r->n_gen);
@@ -132,7 +125,8 @@ static cJSON *event(const serve_api *a, const serve_req *r, const char *text, si
     if (!last)
         return o;
     cJSON_AddStringToObject(o, "model", a->model_id);
-    cJSON *gs = params(&r->sp, r->max_tokens, r->ignore_eos, r->stream);
+    cJSON *gs = params(&r->sp, r->max_tokens, r->ignore_eos, r->stream,
+                       r->logprobs ? r->top_logprobs : 0);
     cJSON *stop = cJSON_AddArrayToObject(gs, "stop");
     for (uint32_t i = 0; i < r->n_stop; i++)
         cJSON_AddItemToArray(stop, cJSON_CreateString(r->stop[i]));
@@ -158,8 +152,7 @@ static cJSON *event(const serve_api *a, const serve_req *r, const char *text, si
 
 char *serve_llama_response(const serve_api *a, const serve_req *r)
 {
-    /* the ids only when asked for, as llama.cpp's server */
-    return print(event(a, r, r->text, r->len, 0, r->return_tokens ? r->n_gen : 0, 1));
+    return print(event(a, r, r->text, r->len, 0, r->n_gen, 1));
 }
 
 char *serve_llama_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
@@ -200,7 +193,7 @@ static char *refuse(cJSON *root, const char *bad, int *status)
 static cJSON *piece_json(const serve_api *a, int32_t id)
 {
     char buf[256];
-    size_t n = piece(a, id, buf, sizeof buf);
+    size_t n = serve_api_piece(a, id, buf, sizeof buf);
     int valid = 1;
     for (size_t i = 0, k; valid && i < n; i += k)
         valid = (k = mvm_cli_utf8_char((const unsigned char *)buf + i, n - i)) != 0;
@@ -297,7 +290,7 @@ char *serve_llama_props(const serve_api *a)
 {
     cJSON *o = cJSON_CreateObject(), *dgs = cJSON_AddObjectToObject(o, "default_generation_settings");
     cJSON_AddItemToObject(dgs, "params", params(&a->defaults, a->default_max_tokens,
-                                                a->default_ignore_eos, 0));
+                                                a->default_ignore_eos, 0, 0));
     cJSON_AddNumberToObject(dgs, "n_ctx", a->n_ctx);
     cJSON_AddNumberToObject(o, "total_slots", a->n_seq);
     cJSON_AddStringToObject(o, "model_alias", a->model_id);

@@ -35,7 +35,7 @@ void serve_req_release(serve_req *r)
     pthread_cond_destroy(&r->cv);
     for (uint32_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
-    free(r->prompt), free(r->text), free(r->error), free(r->gen);
+    free(r->prompt), free(r->text), free(r->error), free(r->gen), free(r->probs);
     free(r);
 }
 
@@ -54,15 +54,23 @@ int serve_req_append(serve_req *r, const char *s, size_t n)
     return 0;
 }
 
-int serve_req_add_token(serve_req *r, int32_t id)
+int serve_req_add_token(serve_req *r, int32_t id, const serve_logprob *row)
 {
+    const size_t width = 1 + (size_t)r->top_logprobs;
     if (r->n_gen == r->gen_cap) {
         uint32_t cap = 2 * r->gen_cap + 64;
         int32_t *g = realloc(r->gen, cap * sizeof *g);
-        if (!g)
+        if (g)
+            r->gen = g;
+        serve_logprob *p = g && r->logprobs ? realloc(r->probs, cap * width * sizeof *p) : NULL;
+        if (p)
+            r->probs = p;
+        if (!g || (r->logprobs && !p))
             return -1;
-        r->gen = g, r->gen_cap = cap;
+        r->gen_cap = cap;
     }
     r->gen[r->n_gen] = id;
+    if (r->logprobs)
+        memcpy(r->probs + r->n_gen * width, row, width * sizeof *row);
     return 0;
 }

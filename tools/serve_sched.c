@@ -246,6 +246,12 @@ static int32_t next_token(serve *s, struct slot *sl)
     if (r->max_tokens >= 0 && n_gen >= r->max_tokens)
         return finish(s, sl, "length", NULL), -1;
     float *logits = (float *)sl->logits; /* the slot's row: its own to change */
+    /* the model's distribution, as llama.cpp's server reports it: before the mask */
+    serve_logprob row[1 + SERVE_MAX_LOGPROBS];
+    int32_t top_id[SERVE_MAX_LOGPROBS];
+    float top_lp[SERVE_MAX_LOGPROBS], lse = 0;
+    if (r->logprobs)
+        lse = mvm_sampler_logprobs(logits, s->info.n_vocab, r->top_logprobs, top_id, top_lp);
     if (r->ignore_eos)
         mvm_engine_mask_eog(s->e, logits);
     int32_t next = mvm_sampler_sample_after(sl->sampler, logits, s->info.n_vocab, sl->cached,
@@ -253,9 +259,12 @@ static int32_t next_token(serve *s, struct slot *sl)
     if (next < 0 || mvm_engine_is_eog(s->e, next))
         return finish(s, sl, "stop", next < 0 ? "no token could be sampled (NaN logits)" : NULL),
                -1;
+    row[0] = (serve_logprob){next, logits[next] - lse};
+    for (uint32_t j = 0; r->logprobs && j < r->top_logprobs; j++)
+        row[1 + j] = (serve_logprob){top_id[j], top_lp[j]};
     /* the id first: a stream's event for the text carries the tokens counted by then */
     pthread_mutex_lock(&r->mu);
-    int stopped = r->kind == SERVE_LLAMA && serve_req_add_token(r, next) ? -1 : 0;
+    int stopped = serve_req_add_token(r, next, row) ? -1 : 0;
     r->n_gen++;
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&s->mu);

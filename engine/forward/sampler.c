@@ -238,3 +238,35 @@ int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
             return (int32_t)id_of(key[i]);
     return (int32_t)id_of(key[m - 1]); /* u rounded up to the total */
 }
+
+float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t *top_id,
+                           float *top_lp)
+{
+    for (uint32_t j = 0; j < k; j++)
+        top_id[j] = -1, top_lp[j] = -INFINITY;
+    const int32_t best = argmax(logits, n);
+    if (best < 0)
+        return -INFINITY;
+    /* k is small (a reply's alternatives, 20 at most in the server): a sorted list that a
+     * logit enters by insertion beats sorting the vocabulary */
+    uint32_t have = 0;
+    const double max = logits[best];
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const float l = logits[i];
+        if (l != l)
+            continue;
+        sum += isinf(max) ? l == max : exp((double)l - max);
+        if (k == 0 || (have == k && !(l > top_lp[k - 1])))
+            continue;
+        uint32_t at = have < k ? have++ : k - 1;
+        for (; at > 0 && l > top_lp[at - 1]; at--)
+            top_id[at] = top_id[at - 1], top_lp[at] = top_lp[at - 1];
+        top_id[at] = (int32_t)i, top_lp[at] = l;
+    }
+    const float lse = (float)(max + log(sum));
+    for (uint32_t j = 0; j < have; j++)
+        top_lp[j] = isinf(max) ? (top_lp[j] == (float)max ? -(float)log(sum) : -INFINITY)
+                               : top_lp[j] - lse;
+    return lse;
+}

@@ -217,6 +217,15 @@ int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
 void mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint32_t n,
                           const int32_t *prev, uint32_t n_prev, float *out);
 
+/* Log-probabilities as llama.cpp's server and OpenAI's API report them: of the model's
+ * distribution softmax(logits[0..n)), before any penalty, filter or temperature. The k
+ * most probable tokens, highest first (ties to the lower id), into top_id[0..k) and
+ * top_lp[0..k) (k at most n); NaN and -inf logits have no probability, and where fewer
+ * than k tokens have one the rest get id -1. Returns log Σ exp(logit), so token i's log-probability is logits[i] minus it;
+ * -INFINITY when no logit is a number. */
+float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t *top_id,
+                           float *top_lp);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,7 +9,8 @@
  * traps, so libFuzzer reports it like a crash):
  *   - a request is read, or refused with status 400 and an error object that parses as
  *     JSON; never both, never neither;
- *   - a request read keeps its fields in their ranges (sampling, max_tokens, stops, slot);
+ *   - a request read keeps its fields in their ranges (sampling, max_tokens, stops, slot,
+ *     log-probabilities);
  *   - the whole response and every stream chunk of the reply parse as JSON, their text is
  *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut;
  *   - /tokenize, /detokenize and /apply-template answer a JSON object: their result with
@@ -168,6 +169,7 @@ static void check_request(const serve_api *a, const serve_req *r, enum serve_kin
 {
     require(r->kind == kind && r->n_prompt >= 1 && r->n_prompt < a->n_ctx);
     require(r->id_slot >= -1 && r->id_slot < (int32_t)a->n_seq);
+    require(r->top_logprobs <= SERVE_MAX_LOGPROBS && (r->logprobs || !r->top_logprobs));
     for (uint32_t i = 0; i < r->n_prompt; i++)
         require(r->prompt[i] >= 0 && (uint32_t)r->prompt[i] < a->n_vocab);
     require(r->sp.temperature >= 0 && r->sp.temperature <= 100);
@@ -179,11 +181,30 @@ static void check_request(const serve_api *a, const serve_req *r, enum serve_kin
         require(r->stop[i] && r->stop[i][0] && strlen(r->stop[i]) <= 256);
 }
 
-/* The ids of a /completion answer: `tokens` an array of n ids. */
+/* The ids of a /completion answer: `tokens` an array of n ids (where the request streams
+ * or asks for them, as llama.cpp's server gives them). */
 static void check_ids(const cJSON *o, uint32_t n)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
     require(cJSON_IsArray(t) && (uint32_t)cJSON_GetArraySize(t) == n);
+}
+
+/* An answer's log-probabilities, where the request asked for them: one entry a token. */
+static void check_logprobs(const cJSON *o, const serve_req *r, uint32_t n)
+{
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+    const cJSON *lp = r->kind == SERVE_LLAMA
+                          ? cJSON_GetObjectItemCaseSensitive(o, "completion_probabilities")
+                          : cJSON_GetObjectItemCaseSensitive(c, "logprobs");
+    if (!r->logprobs) {
+        require(!lp || cJSON_IsNull(lp));
+        return;
+    }
+    if (r->kind == SERVE_CHAT)
+        lp = cJSON_GetObjectItemCaseSensitive(lp, "content");
+    else if (r->kind == SERVE_COMPLETION)
+        lp = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+    require(cJSON_IsArray(lp) && (uint32_t)cJSON_GetArraySize(lp) == n);
 }
 
 /* One stream event of the reply's piece text[0..n) (the ids of its bytes, for /completion). */
@@ -191,7 +212,7 @@ static char *chunk(const serve_api *a, serve_req *r, const char *text, size_t n,
                    const char *finish, size_t at)
 {
     if (r->kind != SERVE_LLAMA)
-        return serve_api_chunk(a, r, text, n, first, finish);
+        return serve_api_chunk(a, r, text, n, (uint32_t)at, (uint32_t)(at + n), first, finish);
     return serve_llama_chunk(a, r, text, n, (uint32_t)at, (uint32_t)(at + n), finish != NULL);
 }
 
@@ -200,8 +221,13 @@ static char *chunk(const serve_api *a, serve_req *r, const char *text, size_t n,
 static void check_answers(const serve_api *a, serve_req *r, const char *text, size_t n)
 {
     require(serve_req_append(r, text, n) == 0);
+    serve_logprob row[1 + SERVE_MAX_LOGPROBS];
     for (size_t i = 0; i < n; i++) {
-        require(serve_req_add_token(r, 2 + (unsigned char)text[i]) == 0);
+        for (uint32_t j = 0; j <= r->top_logprobs; j++) /* alternatives of every kind of byte */
+            row[j] = (serve_logprob){2 + (unsigned char)text[(i + j) % n], -(float)j};
+        if (r->top_logprobs)
+            row[r->top_logprobs].id = -1; /* fewer than asked for had a probability */
+        require(serve_req_add_token(r, row[0].id, row) == 0);
         r->n_gen++;
     }
     r->finish = "stop";
@@ -210,8 +236,9 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
     char *json = r->kind == SERVE_LLAMA ? serve_llama_response(a, r) : serve_api_response(a, r);
     cJSON *o = parsed(json);
     check_text(o, r->kind, want);
+    check_logprobs(o, r, (uint32_t)n);
     if (r->kind == SERVE_LLAMA)
-        check_ids(o, r->return_tokens ? (uint32_t)n : 0);
+        check_ids(o, r->stream || r->return_tokens ? (uint32_t)n : 0);
     cJSON_Delete(o);
     free(json);
     free(want);
@@ -228,8 +255,9 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
         require(piece != NULL && strlen(piece) >= parts[i].n);
         o = parsed(ev + 6);
         check_text(o, r->kind, piece);
+        check_logprobs(o, r, (uint32_t)parts[i].n);
         if (r->kind == SERVE_LLAMA)
-            check_ids(o, (uint32_t)parts[i].n);
+            check_ids(o, r->stream || r->return_tokens ? (uint32_t)parts[i].n : 0);
         cJSON_Delete(o);
         free(piece);
         free(ev);

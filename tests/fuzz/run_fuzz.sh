@@ -77,7 +77,8 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     fail "building fuzz_inputs failed"
 # shellcheck disable=SC2086
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_serve.c" \
-    "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_req.c" \
+    "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
+    "$root/tools/serve_req.c" \
     "$root/tools/cli_utf8.c" \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
@@ -121,12 +122,14 @@ printf '%s' "{{ [1]|select|list }}" | seed 6 chat-select-bare # once NULL + 0 (c
 # content, template arguments; a reply with a character cut short.
 printf '%s' '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 3, "stop": ["\n", "."], "stream": true, "repeat_penalty": 1.1, "ignore_eos": false}' |
     serve_seed 0 completions
+printf '%s' '{"prompt": "x", "logprobs": 3}a\xe2\x82b' | serve_seed 16 completions-logprobs
+printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
 printf '%s' '{"prompt": ["a"], "n": 1, "max_completion_tokens": 3}hello' | serve_seed 20 completions-reply
 printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "chat_template_kwargs": {"enable_thinking": false}}' |
     serve_seed 1 chat
 printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3' | serve_seed 13 chat-reply
 # llama.cpp's /completion (and its body to /tokenize, /detokenize, /apply-template)
-printf '%s' '{"prompt": [5, "Once", 7], "n_predict": 3, "id_slot": 1, "cache_prompt": false, "return_tokens": true, "repeat_last_n": -1, "stop": ["a", "b", "c", "d", "e"]}' |
+printf '%s' '{"prompt": [5, "Once", 7], "n_predict": 3, "id_slot": 1, "cache_prompt": false, "return_tokens": true, "repeat_last_n": -1, "stop": ["a", "b", "c", "d", "e"], "n_probs": 3}' |
     serve_seed 2 llama-completion
 printf '%s' '{"content": "hi", "with_pieces": true, "add_special": true, "tokens": [1, 2, 300], "messages": [{"role": "user", "content": "x"}], "prompt": "x"}hel\xe2' |
     serve_seed 18 llama-utilities
