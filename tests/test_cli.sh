@@ -170,6 +170,23 @@ expect 0 "'[\\]t'.*'[\\]xFF'" -- sh -c "'$moevm' tokenize -m '$tmp/ds3.gguf' -f 
 expect 2 'needs -m MODEL and one of -p TEXT or -f FILE' -- "$moevm" tokenize -m "$tmp/ds3.gguf"
 expect 1 'nonexistent.gguf: cannot open' -- "$moevm" tokenize -m "$tmp/nonexistent.gguf" -p x
 expect 1 'nonexistent.txt: cannot open' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -f "$tmp/nonexistent.txt"
+# perplexity (llama-perplexity's; tests/ref/check_perplexity.py checks its numbers): the
+# running value a chunk and the estimate; the same whether the chunks go several a pass or
+# one in passes; a text too short for two chunks, no text, a bad -c or a sampling flag
+# refused with one line.
+for i in $(seq 1 300); do echo "On day $i the ship sailed over the grey sea, and the crew sang."; done >"$tmp/ppl.txt"
+expect 0 '^\[1\][0-9.]+,\[2\][0-9.]+,\[3\][0-9.]+,$' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 32 --chunks 3 -t 2
+"$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 32 -b 128 --chunks 6 >"$tmp/ppl.a" 2>/dev/null
+"$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 32 -b 8 --chunks 6 >"$tmp/ppl.b" 2>/dev/null
+check 'perplexity: -b 128 (4 chunks a pass) and -b 8 (a chunk in 4 passes) agree' \
+    'grep -Eq "^Final estimate: PPL = [0-9.]+ \+/- [0-9.]+$" "$tmp/ppl.a" && cmp -s "$tmp/ppl.a" "$tmp/ppl.b"' \
+    "$tmp/ppl.a" "$tmp/ppl.b"
+expect 1 'ppl-short.txt: [0-9]+ tokens; a context of 512 \(-c\) needs at least 1024$' -- sh -c "head -c 300 '$tmp/ppl.txt' >'$tmp/ppl-short.txt' && '$moevm' perplexity -m '$tmp/llama.gguf' -f '$tmp/ppl-short.txt'"
+expect 2 'perplexity: needs -f TEXT_FILE' -- "$moevm" perplexity -m "$tmp/llama.gguf"
+expect 1 'nonexistent.txt: cannot open' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/nonexistent.txt"
+expect 2 'perplexity: -c 0' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 0
+expect 2 'perplexity: -c 2: a chunk.s second half scores nothing under 3 tokens$' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 2
+expect 2 'perplexity: .*--temp' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" --temp 0
 expect 0 'decode 8 tokens .* tok/s \| expert accesses [1-9]' -- "$moevm" run -m "$m" -p "Once upon a time" -n 8
 expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 --temp 0
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
@@ -292,6 +309,15 @@ if [ -n "$fake_driver" ]; then
         expect 1 'MOEVM_MOVE_SPIN=fast: not valid \(expected an integer in 0..100000, or auto\)' -- env MOEVM_MOVE_SPIN=fast "$moevm" run -m "$m" -p "x" -n 2
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
+        # perplexity on the device (two chunks a pass, half the experts resident): the CPU's
+        # estimate, to the kernels' rounding
+        "$moevm" perplexity -m "$m" -f "$tmp/ppl.txt" -c 16 -b 32 --chunks 4 >"$tmp/ppl.cpu" 2>/dev/null
+        env $gpu_env "$moevm" perplexity -m "$m" -f "$tmp/ppl.txt" -c 16 -b 32 --chunks 4 --gpu-budget 50% >"$tmp/ppl.gpu" 2>/dev/null
+        check_py 'perplexity on the device against the CPU' "$tmp/ppl.gpu" '
+import re, sys
+est = lambda text: float(re.search(r"PPL = ([0-9.]+) ", text).group(1))
+cpu, gpu = est(open(sys.argv[1]).read()), est(sys.stdin.read())
+sys.exit(0 if abs(gpu - cpu) <= 1e-3 * cpu else f"{gpu} against {cpu}")' "$tmp/ppl.cpu"
         # decode routed on the device: the log says how many tokens, and where the host's
         # time a token went (what the device may wait for between tokens); copies in order
         # (MOEVM_DETERMINISTIC), so that the token from which every expert is resident does

@@ -20,6 +20,7 @@ int mvm_cmd_serve(int argc, char **argv); /* tools/cmd_serve.c */
 int mvm_cmd_bench(int argc, char **argv);
 int mvm_cmd_calibrate(int argc, char **argv);
 int mvm_cmd_tokenize(int argc, char **argv);
+int mvm_cmd_perplexity(int argc, char **argv);
 int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */
 int mvm_cmd_trace(int argc, char **argv); /* tools/cmd_trace.c */
 int mvm_cmd_train_predictor(int argc, char **argv); /* tools/cmd_train.c */

@@ -56,10 +56,11 @@ configure_build() {
     # download are its output: bench/cpu/llamacpp.sh makes them), llama-completion (greedy
     # text, which bench/gpu/llamacpp_preload.sh compares with and without the interposer),
     # for the CPU llama-imatrix (llama-quantize makes the IQ1/IQ2 types only with an
-    # importance matrix: bench/cpu/llamacpp.sh makes one) and every backend module the loader
+    # importance matrix: bench/cpu/llamacpp.sh makes one) and llama-perplexity (`moevm
+    # perplexity`'s yardstick: bench/cpu/perplexity.sh), and every backend module the loader
     # may pick.
     local tools="llama-bench llama-batched-bench llama-quantize llama-completion" targets
-    [ "$kind" = cpu ] && tools+=" llama-imatrix"
+    [ "$kind" = cpu ] && tools+=" llama-imatrix llama-perplexity"
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
         grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
     if [ -n "${LLAMACPP_CPU_LEVELS:-}" ]; then

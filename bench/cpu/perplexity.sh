@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Perplexity, moevm's against llama.cpp's llama-perplexity on the same GGUF file, text,
+# context and threads: the two estimates (their difference says whether the two engines
+# compute the same model) and the time each took, rounds interleaved, each engine's best
+# round kept, since this VM's speed drifts between minutes.
+# The text is TEXT, or by default the GPL-3's (/usr/share/common-licenses/GPL-3: English
+# prose that every Debian machine has, about 8,000 tokens); llama.cpp's usual one is
+# wikitext-2's wiki.test.raw.
+# Prints one line that docs/perf/cpu.md records:
+#   RESULT bench=cpu_perplexity model=olmoe-16l type=q8_0 ctx=512 chunks=8 threads=2
+#          moevm_ppl=.. llamacpp_ppl=.. rel_diff=.. moevm_tok_s=.. llamacpp_tok_s=.. ratio=..
+# (tok/s: the tokens evaluated, chunks x ctx, over the wall time of the whole command.)
+# usage: [TEXT=FILE] bash bench/cpu/perplexity.sh MODEL.gguf [ctx (512)] [chunks (8)]
+#                                                  [threads (2)] [rounds (2)]
+# Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+model=${1:?usage: bash bench/cpu/perplexity.sh MODEL.gguf [ctx] [chunks] [threads] [rounds]}
+ctx=${2:-512}
+chunks=${3:-8}
+threads=${4:-2}
+rounds=${5:-2}
+text=${TEXT:-/usr/share/common-licenses/GPL-3}
+bin=.llamacpp/build-cpu/bin
+die() { echo "bench/cpu/perplexity.sh: $*" >&2; exit 1; }
+[ -f "$model" ] || die "$model: no such file"
+[ -f "$text" ] || die "$text: no such file (set TEXT to a text file)"
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
+[ -x "$bin/llama-perplexity" ] || bash bench/llamacpp/build.sh cpu
+export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "== $model: perplexity of $text, -c $ctx, $chunks chunks, $threads threads, $rounds rounds"
+now() { date +%s.%N; }
+for r in $(seq "$rounds"); do
+    echo "-- round $r/$rounds" >&2
+    t=$(now)
+    ./build/moevm perplexity -m "$model" -f "$text" -c "$ctx" --chunks "$chunks" \
+        -t "$threads" >"$tmp/moevm.$r" 2>&1 || die "moevm perplexity failed: $(tail -1 "$tmp/moevm.$r")"
+    echo "moevm $(echo "$(now) - $t" | bc)" >>"$tmp/times"
+    t=$(now)
+    "$bin/llama-perplexity" -m "$model" -f "$text" -c "$ctx" --chunks "$chunks" \
+        -t "$threads" >"$tmp/llama.$r" 2>&1 || die "llama-perplexity failed: $(tail -1 "$tmp/llama.$r")"
+    echo "llama $(echo "$(now) - $t" | bc)" >>"$tmp/times"
+done
+python3 - "$tmp" "$model" "$ctx" "$chunks" "$threads" <<'EOF'
+import glob, os, re, sys
+tmp, model, ctx, chunks, threads = sys.argv[1:]
+stem = os.path.basename(model).removesuffix(".gguf")
+m = re.match(r"(.*?)-((?:q|iq|f|bf|mxfp)[0-9][0-9a-z_]*)(-imatrix)?$", stem)
+name, wtype = (m.group(1), m.group(2)) if m else (stem, "unknown")
+def estimate(engine):
+    found = set()
+    for f in glob.glob(f"{tmp}/{engine}.*"):
+        m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", open(f).read())
+        if not m:
+            sys.exit(f"no estimate in {f}")
+        found.add((float(m.group(1)), float(m.group(2))))
+    return sorted(found)[0]  # the same every round (its threads' sums in a fixed order)
+best = {}
+for line in open(f"{tmp}/times"):
+    engine, secs = line.split()
+    best[engine] = min(best.get(engine, 1e30), float(secs))
+(mp, me), (lp, le) = estimate("moevm"), estimate("llama")
+tokens = int(chunks) * int(ctx)
+mv, ll = tokens / best["moevm"], tokens / best["llama"]
+print(f"| | PPL | +/- | s | tokens/s |\n|---|---:|---:|---:|---:|")
+print(f"| llama.cpp | {lp:.4f} | {le:.5f} | {best['llama']:.1f} | {ll:.1f} |")
+print(f"| moevm | {mp:.4f} | {me:.5f} | {best['moevm']:.1f} | {mv:.1f} |")
+print(f"RESULT bench=cpu_perplexity model={name} type={wtype} ctx={ctx} chunks={chunks} "
+      f"threads={threads} moevm_ppl={mp:.4f} llamacpp_ppl={lp:.4f} "
+      f"rel_diff={(mp - lp) / lp:+.2e} moevm_tok_s={mv:.1f} llamacpp_tok_s={ll:.1f} "
+      f"ratio={mv / ll:.3f}")
+EOF
