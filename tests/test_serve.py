@@ -11,7 +11,8 @@ the context, each an OpenAI error object with its status; the OpenAI Python clie
 streamed chat where the package is installed; SIGTERM ends the server with its statistics;
 llama.cpp's --n-cpu-moe and -ngl taken as `moevm run` takes them; llama.cpp's server's own
 API (/completion whole and streamed, its prompt shapes, stop types, slots and cache,
-/tokenize, /detokenize, /apply-template, /props) against the OpenAI routes' answers; the
+/tokenize, /detokenize, /apply-template, /props) against the OpenAI routes' answers; API
+keys and CORS; the
 log-probabilities of all three APIs against a softmax of `moevm run --logits-out`'s logits.
 
     test_serve.py MOEVM WORKDIR [ARCH ...]
@@ -572,6 +573,60 @@ def device(moevm, model, arch):
           f"{arch}: on the device: rc {rc}, log {log[-600:]!r}")
 
 
+def access(moevm, model, arch, work):
+    """--api-key and --api-key-file (llama.cpp's server's): /health is public, every other
+    route wants a key ("Authorization: Bearer KEY" or X-Api-Key) and answers 401 without
+    one; a browser's CORS preflight passes without a key, and responses allow the request's
+    Origin. Bad keys and key files are one line and exit 2."""
+    keys = os.path.join(work, "keys.txt")
+    with open(keys, "w") as f:
+        f.write("# the server's keys\nfirst-key\n\n  second-key  \n")
+    s = Server(moevm, model, "--api-key-file", keys, "--api-key", "third-key", "-t", "2")
+
+    def status(method, path, headers, body=None):
+        c = s.conn()
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}
+
+    ask = json.dumps({"prompt": "Once", "n_predict": 2})
+    try:
+        check(status("GET", "/health", {})[0] == 200, f"{arch}: /health without a key")
+        for path, method, body in (("/v1/models", "GET", None), ("/props", "GET", None),
+                                   ("/completion", "POST", ask), ("/metrics", "GET", None)):
+            got = [status(method, path, h, body)[0] for h in
+                   ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer first-k"},
+                    {"Authorization": "Bearer second-key"}, {"X-Api-Key": "third-key"},
+                    {"Authorization": "first-key"})]
+            check(got == [401, 401, 401, 200, 200, 200], f"{arch}: {method} {path} keys: {got}")
+        code, head = status("OPTIONS", "/v1/chat/completions",
+                            {"Origin": "http://ui.example",
+                             "Access-Control-Request-Headers": "authorization,content-type"})
+        check(code == 204 and head.get("access-control-allow-origin") == "http://ui.example" and
+              "POST" in head.get("access-control-allow-methods", "") and
+              head.get("access-control-allow-headers") == "authorization,content-type",
+              f"{arch}: CORS preflight: {code} {head}")
+        code, head = status("POST", "/completion", {"Origin": "http://ui.example",
+                                                    "Authorization": "Bearer first-key"}, ask)
+        check(code == 200 and head.get("access-control-allow-origin") == "http://ui.example",
+              f"{arch}: CORS on a response: {code} {head}")
+    finally:
+        rc, log = s.stop()
+    check(rc == 0 and "an API key asked for" in log, f"{arch}: --api-key: rc {rc} {log[-300:]}")
+    with open(os.path.join(work, "nokeys.txt"), "w") as f:
+        f.write("# none\n\n")
+    for args, says in ((["--api-key", ""], "--api-key: an empty key"),
+                       (["--api-key", "a b"], "--api-key: a key holds a space"),
+                       (["--api-key-file", keys + ".none"], "cannot open it"),
+                       (["--api-key-file", os.path.join(work, "nokeys.txt")], "no key in it")):
+        p = subprocess.run([moevm, "serve", "-m", model, "--port", "0", *args],
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 2 and p.stderr.count("\n") == 1 and says in p.stderr,
+              f"{arch}: serve {args}: rc {p.returncode} {p.stderr!r}")
+
+
 def template_file(moevm, model, arch, work):
     """--chat-template-file: the server renders chat messages with that template (one that
     raises on a given message shows it is the one in use); a missing file is one line and
@@ -631,6 +686,7 @@ def main():
             cpu_moe(moevm, model, arch)
             device(moevm, model, arch)
             template_file(moevm, model, arch, work)
+            access(moevm, model, arch, work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -16,7 +16,7 @@
 #include "tools/serve.h"
 #include "tools/serve_api.h"
 
-enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE };
+enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE, O_API_KEY, O_API_KEY_FILE };
 
 static void usage(FILE *f)
 {
@@ -31,15 +31,77 @@ static void usage(FILE *f)
                "                  -c positions (default 4)\n"
                "  --queue N       requests that may wait for a slot before 503 (default 64)\n"
                "  --alias NAME    the model's id in the API (default: its general.name)\n"
+               "  --api-key KEY[,KEY...]  every route but /health wants one of these, as\n"
+               "                  'Authorization: Bearer KEY' (default: none asked for)\n"
+               "  --api-key-file FILE  keys, one a line ('#' lines are comments): not on the\n"
+               "                  command line, where other users of the machine see them\n"
                "  -n              the default max_tokens (default -1: until the reply ends)\n");
     mvm_cli_engine_usage(f);
 }
+
+#define MAX_KEYS 256
 
 struct serve_args {
     mvm_cli_engine o;
     const char *host, *alias;
     uint32_t port, parallel, queue;
+    char *keys[MAX_KEYS];     /* --api-key's and --api-key-file's, each malloc'd */
+    uint32_t n_keys;
 };
+
+/* Adds text[0..n) as a key, white space around it dropped; 2 after a one-line error. */
+static int add_key(struct serve_args *a, const char *flag, const char *text, size_t n)
+{
+    while (n && (*text == ' ' || *text == '\t'))
+        text++, n--;
+    while (n && strchr(" \t\r", text[n - 1]))
+        n--;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)text[i] < 0x21 || (unsigned char)text[i] > 0x7E) {
+            /* what an HTTP header carries whole: printable ASCII, no spaces */
+            fprintf(stderr, "moevm serve: %s: a key holds a space or a character that is not "
+                    "printable ASCII\n", flag);
+            return 2;
+        }
+    if (!n) {
+        fprintf(stderr, "moevm serve: %s: an empty key\n", flag);
+        return 2;
+    }
+    if (a->n_keys == MAX_KEYS || !(a->keys[a->n_keys] = strndup(text, n))) {
+        fprintf(stderr, "moevm serve: %s: more than %d keys\n", flag, MAX_KEYS);
+        return 2;
+    }
+    a->n_keys++;
+    return 0;
+}
+
+/* --api-key's comma-separated keys, or --api-key-file's lines ('#' ones comments). */
+static int add_keys(struct serve_args *a, const char *flag, const char *text, int file)
+{
+    size_t len = strlen(text);
+    if (!file && !len)
+        return add_key(a, flag, text, 0); /* its message: an empty key */
+    char *owned = file ? mvm_cli_read_text("serve", text, &len) : NULL;
+    if (file && !owned)
+        return 2;
+    const char *at = file ? owned : text, *end = at + len;
+    const char sep = file ? '\n' : ',';
+    int bad = 0, any = 0;
+    while (!bad && at < end) {
+        const char *stop = memchr(at, sep, (size_t)(end - at));
+        stop = stop ? stop : end;
+        const int blank = strspn(at, " \t\r") >= (size_t)(stop - at);
+        if (!(file && (*at == '#' || blank)))
+            bad = add_key(a, flag, at, (size_t)(stop - at)), any = 1;
+        at = stop + 1;
+    }
+    if (!bad && !any) {
+        fprintf(stderr, "moevm serve: %s %s: no key in it\n", flag, text);
+        bad = 2;
+    }
+    free(owned);
+    return bad;
+}
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
@@ -50,6 +112,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                                        {"-np", 0, 1, O_PARALLEL},
                                        {"alias", 0, 1, O_ALIAS},
                                        {"queue", 0, 1, O_QUEUE},
+                                       {"api-key", 0, 1, O_API_KEY},
+                                       {"api-key-file", 0, 1, O_API_KEY_FILE},
                                        {0}};
     mvm_cli_iter it = {.cmd = "serve", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
     int next;
@@ -84,6 +148,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             bad = mvm_cli_u32("serve", it.flag, it.value, 1, 256, &a->parallel);
             break;
         case O_QUEUE: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 16, &a->queue); break;
+        case O_API_KEY: bad = add_keys(a, it.flag, it.value, 0); break;
+        case O_API_KEY_FILE: bad = add_keys(a, it.flag, it.value, 1); break;
         }
         if (bad)
             return 2;
@@ -130,13 +196,15 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
     uint16_t port = 0;
     const serve_api api = {.model_id = a->alias ? a->alias : in.name, .defaults = a->o.s,
                            .default_max_tokens = a->o.n_predict,
-                           .default_ignore_eos = a->o.ignore_eos, .model_path = a->o.p.model};
+                           .default_ignore_eos = a->o.ignore_eos, .model_path = a->o.p.model,
+                           .api_keys = (const char *const *)a->keys, .n_api_keys = a->n_keys};
     serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, &api, &port);
     pthread_t t;
     int rc = !http || pthread_create(&t, NULL, engine_thread, s) != 0;
     if (!rc) {
-        fprintf(stderr, "serve: listening on http://%s:%u (%u slots of %u positions); Ctrl-C "
-                "stops\n", a->host, port, in.n_seq, in.n_ctx);
+        fprintf(stderr, "serve: listening on http://%s:%u (%u slots of %u positions%s); Ctrl-C "
+                "stops\n", a->host, port, in.n_seq, in.n_ctx,
+                a->n_keys ? ", an API key asked for" : "");
         int sig;
         sigwait(sigs, &sig);
         fprintf(stderr, "serve: %s: stopping\n", sig == SIGINT ? "interrupted" : "terminated");
@@ -156,8 +224,11 @@ int mvm_cmd_serve(int argc, char **argv)
     struct serve_args a = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue = 64};
     mvm_cli_engine_init(&a.o);
     int rc = parse_args(argc, argv, &a);
-    if (rc >= 0)
+    if (rc >= 0) {
+        for (uint32_t i = 0; i < a.n_keys; i++)
+            free(a.keys[i]);
         return rc;
+    }
     /* before any thread starts, so that every thread inherits the mask */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -171,5 +242,7 @@ int mvm_cmd_serve(int argc, char **argv)
     if (!rc)
         rc = run(&a, e, &sigs);
     mvm_engine_free(e);
+    for (uint32_t i = 0; i < a.n_keys; i++)
+        free(a.keys[i]);
     return rc;
 }

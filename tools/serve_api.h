@@ -22,6 +22,8 @@ typedef struct serve_api {
     uint32_t n_ctx;
     uint32_t n_seq, n_vocab;     /* the slots; the token ids a prompt may give */
     const char *model_path;      /* what /props says */
+    const char *const *api_keys; /* a request must give one of them (but for /health) */
+    uint32_t n_api_keys;         /* 0: no key is asked for */
 } serve_api;
 
 /* A request of the given kind read from body[0..len), tokenized; NULL with the HTTP

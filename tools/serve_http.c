@@ -11,6 +11,11 @@
  * llama.cpp's server's own POST /completion, /tokenize, /detokenize, /apply-template and
  * GET /props; GET /health, GET /metrics (Prometheus text). Bodies over 8 MiB are refused
  * (413).
+ *
+ * Access as llama.cpp's server grants it: with API keys (--api-key), every route but
+ * /health wants one, as "Authorization: Bearer KEY" (or X-Api-Key), compared in constant
+ * time; CORS for browser clients, each response naming the request's Origin as allowed,
+ * and an OPTIONS preflight answered before any key is asked for (browsers send none).
  */
 #include <microhttpd.h>
 #include <poll.h>
@@ -50,6 +55,16 @@ struct stream {
     size_t out_len, out_off;
 };
 
+/* The CORS header of every response: the request's Origin allowed (llama.cpp's server's
+ * default, which lets a browser's page on any origin call it, keys and all), or any. */
+static void cors(struct MHD_Response *resp, struct MHD_Connection *c)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin ? origin : "*");
+    if (origin)
+        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+}
+
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
                              char *body /* taken */)
 {
@@ -61,6 +76,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", type);
+    cors(resp, c);
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -232,6 +248,7 @@ static enum MHD_Result stream(struct serve_http *h, struct MHD_Connection *c, se
     st->h = h, st->r = r;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    cors(resp, c);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -407,6 +424,53 @@ static enum MHD_Result check_framing(struct MHD_Connection *c, int *refused)
     return MHD_YES;
 }
 
+/* ---- access ------------------------------------------------------------------------------ */
+
+/* A browser's CORS preflight: what it may send (before any key: it sends none). */
+static enum MHD_Result preflight(struct MHD_Connection *c)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                    "Access-Control-Request-Headers");
+    cors(resp, c);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked ? asked : "*");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* Equal strings, in a time that does not tell how much of a guess was right. */
+static int same_key(const char *a, const char *b)
+{
+    const size_t na = strlen(a), nb = strlen(b);
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < nb; i++)
+        diff |= (unsigned char)(a[i < na ? i : 0] ^ b[i]);
+    return diff == 0;
+}
+
+/* Whether the request may go on: no keys, a public route, or one of the keys given. */
+static int authorized(const struct serve_http *h, struct MHD_Connection *c, const char *url)
+{
+    if (!h->api.n_api_keys || !strcmp(url, "/health") || !strcmp(url, "/v1/health"))
+        return 1;
+    const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!key)
+        key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    if (!key)
+        return 0;
+    if (!strncmp(key, "Bearer ", 7))
+        key += 7;
+    int ok = 0;
+    for (uint32_t i = 0; i < h->api.n_api_keys; i++) /* all of them: the same time whichever */
+        ok |= same_key(key, h->api.api_keys[i]);
+    return ok;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)
@@ -414,6 +478,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)version;
     struct conn *cn = *con_cls;
     if (!cn) { /* the headers: the body (if any) comes in the next calls */
+        if (!strcmp(method, "OPTIONS"))
+            return preflight(c);
+        if (!authorized(cls, c, url))
+            return error(c, 401, "Invalid API Key: send one of the server's keys as "
+                         "'Authorization: Bearer KEY'", "authentication_error");
         int refused;
         enum MHD_Result framed = check_framing(c, &refused);
         if (refused)
