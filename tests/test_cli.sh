@@ -187,6 +187,30 @@ expect 1 'nonexistent.txt: cannot open' -- "$moevm" perplexity -m "$tmp/llama.gg
 expect 2 'perplexity: -c 0' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 0
 expect 2 'perplexity: -c 2: a chunk.s second half scores nothing under 3 tokens$' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 2
 expect 2 'perplexity: .*--temp' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" --temp 0
+# the KL divergence: a base file written, the model against it (nothing apart but the
+# file's 16-bit rounding: KLD 0, the same top token but where two nearly tie); a base file missing, of another vocabulary, cut short, or
+# not one; --kl-divergence without a base
+expect 0 '^Final estimate' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 32 --chunks 8 --kl-divergence-base "$tmp/base.kld"
+expect 0 'Same top p: (99\.[0-9]+|100\.000) ' -- "$moevm" perplexity -m "$tmp/llama.gguf" --kl-divergence-base "$tmp/base.kld" --kl-divergence
+expect 0 'Mean    KLD: +-?0.000000 ' -- "$moevm" perplexity -m "$tmp/llama.gguf" --kl-divergence-base "$tmp/base.kld" --kl-divergence
+expect 0 'left unread: the base.s tokens are scored' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" --kl-divergence-base "$tmp/base.kld" --kl-divergence
+expect 2 'kl-divergence needs --kl-divergence-base FILE' -- "$moevm" perplexity -m "$tmp/llama.gguf" --kl-divergence
+expect 1 'base.none: cannot open it' -- "$moevm" perplexity -m "$tmp/llama.gguf" --kl-divergence-base "$tmp/base.none" --kl-divergence
+expect 1 'ppl.txt: not a file of log-probabilities' -- "$moevm" perplexity -m "$tmp/llama.gguf" --kl-divergence-base "$tmp/ppl.txt" --kl-divergence
+head -c 100000 "$tmp/base.kld" >"$tmp/base.cut"
+expect 1 'base.cut: cut short: fewer rows than its chunks score$' -- "$moevm" perplexity -m "$tmp/llama.gguf" --kl-divergence-base "$tmp/base.cut" --kl-divergence
+"$moevm" mkmodel --arch llama --vocab 600 -o "$tmp/llama600.gguf" >/dev/null
+expect 1 'base.kld: a vocabulary of 512 tokens; the model.s has 600 \(another model.s base\)$' -- "$moevm" perplexity -m "$tmp/llama600.gguf" --kl-divergence-base "$tmp/base.kld" --kl-divergence
+expect 1 'nodir/base.kld: cannot create it' -- "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 32 --kl-divergence-base "$tmp/nodir/base.kld"
+# a device that fills up: the base file removed, not left cut short
+if [ -w /dev/full ]; then
+    ln -sf /dev/full "$tmp/full.kld"
+    "$moevm" perplexity -m "$tmp/llama.gguf" -f "$tmp/ppl.txt" -c 32 --chunks 8 --kl-divergence-base "$tmp/full.kld" >/dev/null 2>"$tmp/full.err"
+    full_rc=$?
+    check 'perplexity: a base file on a full device: one line, exit 1, the file removed' \
+        "[ $full_rc -eq 1 ] && [ \$(grep -c '^moevm perplexity' '$tmp/full.err') -eq 1 ] && grep -q 'full.kld: cannot write it: No space left on device' '$tmp/full.err' && [ ! -e '$tmp/full.kld' ]" \
+        "$tmp/full.err"
+fi
 expect 0 'decode 8 tokens .* tok/s \| expert accesses [1-9]' -- "$moevm" run -m "$m" -p "Once upon a time" -n 8
 expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 --temp 0
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null

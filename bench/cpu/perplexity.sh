@@ -10,8 +10,13 @@
 #   RESULT bench=cpu_perplexity model=olmoe-16l type=q8_0 ctx=512 chunks=8 threads=2
 #          moevm_ppl=.. llamacpp_ppl=.. rel_diff=.. moevm_tok_s=.. llamacpp_tok_s=.. ratio=..
 # (tok/s: the tokens evaluated, chunks x ctx, over the wall time of the whole command.)
-# usage: [TEXT=FILE] bash bench/cpu/perplexity.sh MODEL.gguf [ctx (512)] [chunks (8)]
-#                                                  [threads (2)] [rounds (2)]
+# With BASE=OTHER.gguf (the same model, better quantized), the KL divergence instead:
+# llama-perplexity writes OTHER's log-probabilities (--kl-divergence-base), and both
+# engines compare MODEL with them (--kl-divergence):
+#   RESULT bench=cpu_kld model=.. type=.. base=q8_0 ... moevm_kld=.. llamacpp_kld=..
+#          moevm_same_top=.. llamacpp_same_top=.. moevm_tok_s=.. llamacpp_tok_s=.. ratio=..
+# usage: [TEXT=FILE] [BASE=OTHER.gguf] bash bench/cpu/perplexity.sh MODEL.gguf [ctx (512)]
+#                                      [chunks (8)] [threads (2)] [rounds (2)]
 # Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,23 +41,58 @@ trap 'rm -rf "$tmp"' EXIT
 echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "== $model: perplexity of $text, -c $ctx, $chunks chunks, $threads threads, $rounds rounds"
 now() { date +%s.%N; }
+what=(-f "$text")
+if [ -n "${BASE:-}" ]; then
+    [ -f "$BASE" ] || die "$BASE: no such file"
+    echo "== against $BASE's log-probabilities (llama-perplexity --kl-divergence-base)"
+    "$bin/llama-perplexity" -m "$BASE" -f "$text" -c "$ctx" --chunks "$chunks" -t "$threads" \
+        --kl-divergence-base "$tmp/base.kld" >"$tmp/base.log" 2>&1 ||
+        die "llama-perplexity --kl-divergence-base failed: $(tail -1 "$tmp/base.log")"
+    what=(--kl-divergence-base "$tmp/base.kld" --kl-divergence)
+fi
 for r in $(seq "$rounds"); do
     echo "-- round $r/$rounds" >&2
     t=$(now)
-    ./build/moevm perplexity -m "$model" -f "$text" -c "$ctx" --chunks "$chunks" \
+    ./build/moevm perplexity -m "$model" "${what[@]}" -c "$ctx" --chunks "$chunks" \
         -t "$threads" >"$tmp/moevm.$r" 2>&1 || die "moevm perplexity failed: $(tail -1 "$tmp/moevm.$r")"
     echo "moevm $(echo "$(now) - $t" | bc)" >>"$tmp/times"
     t=$(now)
-    "$bin/llama-perplexity" -m "$model" -f "$text" -c "$ctx" --chunks "$chunks" \
+    "$bin/llama-perplexity" -m "$model" "${what[@]}" -c "$ctx" --chunks "$chunks" \
         -t "$threads" >"$tmp/llama.$r" 2>&1 || die "llama-perplexity failed: $(tail -1 "$tmp/llama.$r")"
     echo "llama $(echo "$(now) - $t" | bc)" >>"$tmp/times"
 done
-python3 - "$tmp" "$model" "$ctx" "$chunks" "$threads" <<'EOF'
+python3 - "$tmp" "$model" "$ctx" "$chunks" "$threads" "${BASE:-}" <<'EOF'
 import glob, os, re, sys
-tmp, model, ctx, chunks, threads = sys.argv[1:]
-stem = os.path.basename(model).removesuffix(".gguf")
-m = re.match(r"(.*?)-((?:q|iq|f|bf|mxfp)[0-9][0-9a-z_]*)(-imatrix)?$", stem)
-name, wtype = (m.group(1), m.group(2)) if m else (stem, "unknown")
+tmp, model, ctx, chunks, threads, base = sys.argv[1:]
+def name_type(path):
+    stem = os.path.basename(path).removesuffix(".gguf")
+    m = re.match(r"(.*?)-((?:q|iq|f|bf|mxfp)[0-9][0-9a-z_]*)(-imatrix)?$", stem)
+    return (m.group(1), m.group(2)) if m else (stem, "unknown")
+name, wtype = name_type(model)
+best = {}
+for line in open(f"{tmp}/times"):
+    engine, secs = line.split()
+    best[engine] = min(best.get(engine, 1e30), float(secs))
+tokens = int(chunks) * int(ctx)
+mv, ll = tokens / best["moevm"], tokens / best["llama"]
+if base:
+    def stat(engine, pattern):
+        text = open(sorted(glob.glob(f"{tmp}/{engine}.*"))[0]).read()
+        m = re.search(pattern, text)
+        if not m:
+            sys.exit(f"no '{pattern}' in {engine}'s output")
+        return float(m.group(1))
+    kld = {e: stat(e, r"Mean +KLD: +([-0-9.]+)") for e in ("moevm", "llama")}
+    top = {e: stat(e, r"Same top p: +([0-9.]+)") for e in ("moevm", "llama")}
+    print("| | mean KLD | same top p | s | tokens/s |\n|---|---:|---:|---:|---:|")
+    print(f"| llama.cpp | {kld['llama']:.6f} | {top['llama']:.3f}% | {best['llama']:.1f} | {ll:.1f} |")
+    print(f"| moevm | {kld['moevm']:.6f} | {top['moevm']:.3f}% | {best['moevm']:.1f} | {mv:.1f} |")
+    print(f"RESULT bench=cpu_kld model={name} type={wtype} base={name_type(base)[1]} ctx={ctx} "
+          f"chunks={chunks} threads={threads} moevm_kld={kld['moevm']:.6f} "
+          f"llamacpp_kld={kld['llama']:.6f} moevm_same_top={top['moevm']:.3f} "
+          f"llamacpp_same_top={top['llama']:.3f} moevm_tok_s={mv:.1f} llamacpp_tok_s={ll:.1f} "
+          f"ratio={mv / ll:.3f}")
+    sys.exit(0)
 def estimate(engine):
     found = set()
     for f in glob.glob(f"{tmp}/{engine}.*"):
@@ -61,13 +101,7 @@ def estimate(engine):
             sys.exit(f"no estimate in {f}")
         found.add((float(m.group(1)), float(m.group(2))))
     return sorted(found)[0]  # the same every round (its threads' sums in a fixed order)
-best = {}
-for line in open(f"{tmp}/times"):
-    engine, secs = line.split()
-    best[engine] = min(best.get(engine, 1e30), float(secs))
 (mp, me), (lp, le) = estimate("moevm"), estimate("llama")
-tokens = int(chunks) * int(ctx)
-mv, ll = tokens / best["moevm"], tokens / best["llama"]
 print(f"| | PPL | +/- | s | tokens/s |\n|---|---:|---:|---:|---:|")
 print(f"| llama.cpp | {lp:.4f} | {le:.5f} | {best['llama']:.1f} | {ll:.1f} |")
 print(f"| moevm | {mp:.4f} | {me:.5f} | {best['moevm']:.1f} | {mv:.1f} |")
