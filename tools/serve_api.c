@@ -239,7 +239,7 @@ static int prompt(const serve_api *a, cJSON *body, serve_req *r, char *bad, size
         mvm_status st = r->prompt ? mvm_engine_tokenize(a->e, text, len, 1, 1, r->prompt,
                                                         len + 16, &n)
                                   : MVM_ERR_NOMEM;
-        if (text && st != MVM_OK)
+        if (r->prompt && st != MVM_OK) /* else out of memory (no message: a 500) */
             snprintf(bad, cap, "the prompt: %s", mvm_last_error());
         free(text);
         if (st != MVM_OK)
