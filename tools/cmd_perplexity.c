@@ -134,12 +134,12 @@ static int take(struct ppl *p, uint32_t s, const float *row, int32_t target)
     double v;
     if (p->kld) {
         if (mvm_kld_read_row(&p->base))
-            return 1;
+            return mvm_cli_error("perplexity", NULL);
         v = mvm_kld_add(&p->stats, row, p->n_vocab, p->base.row, target);
     } else {
         v = nll_of(row, p->n_vocab, target);
         if (p->base.f && mvm_kld_write_row(&p->base, row))
-            return 1;
+            return mvm_cli_error("perplexity", NULL);
     }
     p->part[s] += v, p->nll2 += v * v;
     return 0;
@@ -266,8 +266,10 @@ static int32_t *chunks(struct ppl *p, const char *text, size_t len, uint32_t *n_
     mvm_engine_tokenize(p->e, "", 0, 1, 0, bos_only, 4, &nb);
     p->bos = nb == 1 ? bos_only[0] : -1;
     if (p->kld) {
-        if (mvm_kld_check_vocab(&p->base, p->n_vocab))
+        if (mvm_kld_check_vocab(&p->base, p->n_vocab)) {
+            mvm_cli_error("perplexity", NULL);
             return NULL;
+        }
         *n_chunk = p->chunks && p->chunks < p->base.n_chunk ? p->chunks : p->base.n_chunk;
         if (mvm_kld_init(&p->stats, (size_t)*n_chunk * (p->n_ctx - 1 - p->n_ctx / 2))) {
             fprintf(stderr, "moevm perplexity: no memory for the positions' statistics\n");
@@ -292,6 +294,7 @@ static int32_t *chunks(struct ppl *p, const char *text, size_t len, uint32_t *n_
     fprintf(stderr, "perplexity: %zu tokens\n", n_tok);
     if (p->base_path &&
         mvm_kld_create(&p->base, p->base_path, p->n_ctx, p->n_vocab, *n_chunk, tokens)) {
+        mvm_cli_error("perplexity", NULL);
         free(tokens);
         return NULL;
     }
@@ -324,6 +327,7 @@ int mvm_cmd_perplexity(int argc, char **argv)
     char *text = NULL;
     if (p.kld) { /* the base's chunks, at its context */
         if (mvm_kld_open(&p.base, p.base_path)) {
+            mvm_cli_error("perplexity", NULL);
             mvm_kld_close(&p.base, 1);
             return 1;
         }
@@ -351,7 +355,8 @@ int mvm_cmd_perplexity(int argc, char **argv)
     }
     if (!p.kld) /* the base's are its own */
         free(tokens);
-    rc |= mvm_kld_close(&p.base, rc == 0);
+    if (mvm_kld_close(&p.base, rc == 0) && rc == 0) /* after a failure: its line alone */
+        rc = mvm_cli_error("perplexity", NULL);
     mvm_kld_free(&p.stats);
     free(p.batch), free(p.logits), free(p.part), free(text);
     mvm_engine_free(p.e);

@@ -8,13 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vmm/error.h"
+
 static const char magic[8] = {'_', 'l', 'o', 'g', 'i', 't', 's', '_'};
 
+/* -1, the message naming the file (and the system's reason, where there is one). */
 static int fail(const mvm_kld_file *k, const char *what)
 {
-    fprintf(stderr, "moevm perplexity: %s: %s%s%s\n", k->path, what, errno ? ": " : "",
-            errno ? strerror(errno) : "");
-    return 1;
+    (void)mvm_fail(MVM_ERR_INVALID, "%s: %s%s%s", k->path, what, errno ? ": " : "",
+                   errno ? strerror(errno) : "");
+    return -1;
 }
 
 static size_t row_width(uint32_t n_vocab) { return 2 * (((size_t)n_vocab + 1) / 2) + 4; }
@@ -89,6 +92,12 @@ int mvm_kld_open(mvm_kld_file *k, const char *path)
     k->n_ctx = (uint32_t)head[0], k->n_vocab = (uint32_t)head[1], k->n_chunk = (uint32_t)head[2];
     k->nv = row_width(k->n_vocab);
     const size_t n = (size_t)k->n_chunk * k->n_ctx;
+    /* the tokens it says it holds must be there before they are allocated for */
+    long end = fseek(k->f, 0, SEEK_END) == 0 ? ftell(k->f) : -1;
+    if (end < 0 || fseek(k->f, 20, SEEK_SET) != 0)
+        return fail(k, "cannot read it");
+    if ((uint64_t)end < 20 + 4 * (uint64_t)n)
+        return fail(k, "cut short in its tokens");
     if (!(k->tokens = malloc(n * sizeof *k->tokens)) ||
         !(k->row = malloc(k->nv * sizeof *k->row)))
         return fail(k, "no memory for its tokens");
@@ -99,11 +108,9 @@ int mvm_kld_open(mvm_kld_file *k, const char *path)
 
 int mvm_kld_check_vocab(const mvm_kld_file *k, uint32_t n_vocab)
 {
-    if (k->n_vocab != n_vocab) {
-        fprintf(stderr, "moevm perplexity: %s: a vocabulary of %u tokens; the model's has %u "
-                "(another model's base)\n", k->path, k->n_vocab, n_vocab);
-        return 1;
-    }
+    if (k->n_vocab != n_vocab)
+        return mvm_fail(MVM_ERR_INVALID, "%s: a vocabulary of %u tokens; the model's has %u "
+                        "(another model's base)", k->path, k->n_vocab, n_vocab), -1;
     errno = 0;
     for (size_t i = 0; i < (size_t)k->n_chunk * k->n_ctx; i++)
         if (k->tokens[i] < 0 || (uint32_t)k->tokens[i] >= n_vocab)

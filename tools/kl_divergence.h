@@ -27,20 +27,20 @@ typedef struct mvm_kld_file {
     int writing;            /* created by mvm_kld_create */
 } mvm_kld_file;
 
-/* Creates path with the header and the tokens. 0, or 1 after a one-line error. */
+/* Creates path with the header and the tokens. 0, or -1 with the reason (mvm_last_error)
+ * naming the file; so do the calls below. */
 int mvm_kld_create(mvm_kld_file *k, const char *path, uint32_t n_ctx, uint32_t n_vocab,
                    uint32_t n_chunk, const int32_t *tokens);
-/* A position's row from its logits[0..n_vocab). 0, or 1 after a one-line error. */
+/* A position's row from its logits[0..n_vocab). */
 int mvm_kld_write_row(mvm_kld_file *k, const float *logits);
-/* Opens a base file: its header and tokens. 0, or 1 after a one-line error naming what is
- * wrong with it. */
+/* Opens a base file: its header and tokens (what it says it holds, there before any of it
+ * is allocated for). */
 int mvm_kld_open(mvm_kld_file *k, const char *path);
-/* Whether it is the model's: its vocabulary the same size, its tokens in it. 0, or 1
- * after a one-line error. */
+/* Whether it is the model's: its vocabulary the same size, its tokens in it. */
 int mvm_kld_check_vocab(const mvm_kld_file *k, uint32_t n_vocab);
-/* The next row into k->row. 0, or 1 after a one-line error (the file ends early). */
+/* The next row into k->row (-1: the file ends early). */
 int mvm_kld_read_row(mvm_kld_file *k);
-/* Closes, the rows flushed when writing: 0, or 1 after a one-line error. A file being
+/* Closes, the rows flushed when writing. A file being
  * written that is not to be kept (its run failed), or that could not be flushed, is
  * removed rather than left cut short. */
 int mvm_kld_close(mvm_kld_file *k, int keep);

@@ -17,7 +17,11 @@
  *      pieces are non-empty, in order, cover the text and cut it only between code points;
  *   6  a chat template (engine/chat/jinja.h), parsed and rendered over a small conversation:
  *      it renders (the output NUL-terminated at its length) or fails with a message, within
- *      the limits, never a crash.
+ *      the limits, never a crash;
+ *   7  a file of a base model's log-probabilities (`moevm perplexity --kl-divergence-base`,
+ *      tools/kl_divergence.c, llama.cpp's format): what opens holds the tokens it says,
+ *      allocated only once they are there; its rows are read to the end or refused with a
+ *      message, and each is compared with logits, whatever its floats hold.
  * A broken promise traps, so libFuzzer reports it like a crash.
  */
 #include <math.h>
@@ -32,6 +36,7 @@
 #include "engine/tokenizer/tokenizer_impl.h"
 #include "policy/cost.h"
 #include "policy/predictor_mlp.h"
+#include "tools/kl_divergence.h"
 #include "tools/sim.h"
 #include "tools/trace.h"
 #include "vmm/options.h"
@@ -258,6 +263,44 @@ static void chat_template(const uint8_t *data, size_t size)
     mvm_jinja_free(t);
 }
 
+/* An in-memory file of the input, rewritten for every one: its path. */
+static const char *as_file(const char *name, const uint8_t *data, size_t size)
+{
+    static int fd = -1;
+    static char path[64];
+    if (fd < 0) {
+        fd = memfd_create(name, 0);
+        require(fd >= 0);
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    }
+    require(ftruncate(fd, 0) == 0 && pwrite(fd, data, size, 0) == (ssize_t)size);
+    return path;
+}
+
+static void kld_base(const uint8_t *data, size_t size)
+{
+    mvm_kld_file k;
+    if (mvm_kld_open(&k, as_file("fuzz-kld", data, size)) != 0) {
+        require(mvm_last_error()[0] != '\0');
+        mvm_kld_close(&k, 1);
+        return;
+    }
+    require(k.n_ctx >= 3 && k.n_chunk >= 1 && k.n_vocab >= 1 && k.tokens && k.row);
+    require(20 + 4 * (uint64_t)k.n_ctx * k.n_chunk <= size);
+    if (mvm_kld_check_vocab(&k, k.n_vocab) == 0 && k.n_vocab <= 4096) {
+        static float logits[4096];
+        for (uint32_t i = 0; i < k.n_vocab; i++)
+            logits[i] = (float)(i % 7) - 3.f;
+        mvm_kld s;
+        require(mvm_kld_init(&s, 64) == 0);
+        for (uint32_t r = 0; r < 64 && mvm_kld_read_row(&k) == 0; r++)
+            mvm_kld_add(&s, logits, k.n_vocab, k.row, k.tokens[r % k.n_ctx]);
+        require(s.count <= 64);
+        mvm_kld_free(&s);
+    }
+    mvm_kld_close(&k, 1);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -265,7 +308,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     static void (*const targets[])(const uint8_t *, size_t) = {
         cost_file, trace_file, predictor_file, params_text, option_values, pretok_text,
-        chat_template};
+        chat_template, kld_base};
     targets[data[0] % (sizeof targets / sizeof *targets)](data + 1, size - 1);
     return 0;
 }

@@ -70,8 +70,8 @@ mkdir -p "$out/gguf/seeds" "$out/inputs/seeds" "$out/serve/seeds"
 cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 # shellcheck disable=SC2086 # cjson is a list of flags
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
-    "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/vmm/error.c" \
-    "$root/vmm/options.c" "$root/vmm/file_replace.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
+    "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/tools/kl_divergence.c" \
+    "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
     "$root/engine/tokenizer/tok_unicode.c" "$root"/engine/chat/jinja*.c $cjson -lm -lpthread \
     -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
@@ -110,6 +110,14 @@ for pre in 0 1 2 3 4 5 6; do
     printf "\\$(printf %o $pre)Hello, world's 1234567!\n\n  \xe4\xb8\xad\xe6\x96\x87 caf\xc3\xa9 ~~\xff" |
         seed 5 "pretok-$pre"
 done
+
+# A base model's log-probabilities (llama.cpp's --kl-divergence-base file): 2 chunks of 3
+# tokens, a vocabulary of 5, a row a scored position (one a chunk).
+python3 -c 'import struct,sys
+row = struct.pack("<2f", 16 / 65535, -17.6) + struct.pack("<6H", 65535, 100, 0, 7, 9, 0)
+sys.stdout.buffer.write(b"_logits_" + struct.pack("<3i", 3, 5, 2) +
+    struct.pack("<6i", 1, 2, 3, 4, 0, 1) + row + row)' | seed 7 kld-base ||
+    fail "writing the KLD base seed failed"
 
 # Chat templates (the presets', engine/synth/templates), and a few constructs on their own.
 for f in "$root"/engine/synth/templates/*.jinja; do seed 6 "chat-$(basename "$f")" <"$f"; done
