@@ -216,6 +216,19 @@ def llama_api(s, arch):
         status, cut = s.post("/completion", dict(ask, stop=[stop, "\x01never"]))
         check(status == 200 and cut["stop_type"] == "word" and cut["stopping_word"] == stop and
               cut["content"] == text[:text.index(stop)], f"{arch}: stop word {stop!r}: {cut}")
+    # several prompts in one request: each answered as it would be alone, by index
+    prompts = [prompt, "The king", [*head, *tail]]
+    status, many = s.post("/completion", dict(ask, prompt=prompts))
+    alone = [s.post("/completion", dict(ask, prompt=p))[1]["content"] for p in prompts]
+    check(status == 200 and isinstance(many, list) and
+          [m["index"] for m in many] == [0, 1, 2] and [m["content"] for m in many] == alone,
+          f"{arch}: /completion of several prompts {str(many)[:300]} {alone}")
+    status, oai = s.post("/v1/completions", dict(GREEDY, prompt=[prompt, "The king"]))
+    one = [s.post("/v1/completions", dict(GREEDY, prompt=p))[1] for p in (prompt, "The king")]
+    check(status == 200 and [c["index"] for c in oai["choices"]] == [0, 1] and
+          [c["text"] for c in oai["choices"]] == [o["choices"][0]["text"] for o in one] and
+          oai["usage"]["completion_tokens"] == sum(o["usage"]["completion_tokens"] for o in one),
+          f"{arch}: /v1/completions of two prompts {oai}")
     status, none = s.post("/completion", dict(ask, n_predict=0))
     check(status == 200 and none["content"] == "" and none["tokens_predicted"] == 0 and
           none["stop_type"] == "limit", f"{arch}: n_predict 0: {none}")
@@ -330,7 +343,8 @@ def errors(s, arch):
              ("POST", "/health", "{}", 405),
              ("GET", "/nope", None, 404),
              ("POST", "/v1/completions", "x" * (9 << 20), 413),
-             ("POST", "/completion", json.dumps({"prompt": ["a", "b"]}), 400),
+             ("POST", "/completion", json.dumps({"prompt": ["a", "b"], "stream": True}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": ["a"] * 65}), 400),
              ("POST", "/completion", json.dumps({"prompt": [1, 1 << 30]}), 400),
              ("POST", "/completion", json.dumps({"prompt": [1, None]}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "grammar": "root ::= x"}), 400),

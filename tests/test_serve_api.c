@@ -2,9 +2,10 @@
  * `moevm serve`'s request reader (tools/serve_api.c) against malformed bodies: what a client
  * can send to /v1/completions, /v1/chat/completions and llama.cpp's /completion, valid
  * requests first, then seeded mutations of them (bytes flipped, spans cut or repeated, JSON
- * fragments and wrong types spliced in, truncation, NUL bytes); and the prompt shapes of
- * llama.cpp's server (text, token ids, both mixed) against the tokenizer. Every body must give either a request whose fields
- * are in range or a 4xx whose error object is JSON with a one-line message; never a crash,
+ * fragments and wrong types spliced in, truncation, NUL bytes); the prompt shapes of
+ * llama.cpp's server (text, token ids, both mixed) against the tokenizer; several prompts
+ * in one request. Every body must give either a request whose fields are in range or a
+ * 4xx whose error object is JSON with a one-line message; never a crash,
  * a leak or undefined behaviour (the sanitizer builds run this too). test_serve.py checks
  * the same reader over HTTP for each field it names; this walks the inputs no list names.
  *
@@ -180,7 +181,7 @@ static int32_t *shape(const serve_api *a, const char *prompt, size_t *n, char *b
     cJSON *p = cJSON_Parse(prompt);
     int32_t *t = NULL;
     bad[0] = '\0';
-    if (serve_api_tokens(a, p, "prompt", 1, 1, &t, n, bad, 300))
+    if (serve_api_tokens(a, p, "'prompt'", 1, 1, &t, n, bad, 300))
         t = NULL;
     cJSON_Delete(p);
     return t;
@@ -247,6 +248,51 @@ static void test_prompt_shapes(const char *cli, const char *work)
     mvm_engine_free(e);
 }
 
+/* Several prompts in a completion: a request each, in order, with the same sampling and
+ * stops of their own; the prompts' field named by index in an error; a stream, a chat's
+ * messages, or more than max prompts refused. */
+static void test_several_prompts(const serve_api *a)
+{
+    static const char body[] = "{\"prompt\": [\"Once upon\", [5, 6, 7], \"a\"], \"top_k\": 7, "
+                               "\"stop\": [\"x\"], \"n_predict\": 4}";
+    serve_req *r[4] = {0};
+    int status = 0;
+    char *error = NULL;
+    uint32_t n = serve_api_requests(a, SERVE_LLAMA, body, sizeof body - 1, r, 4, &status, &error);
+    CHECK(n == 3 && !error);
+    for (uint32_t i = 0; i < n; i++)
+        CHECK(r[i]->sp.top_k == 7 && r[i]->max_tokens == 4 && r[i]->n_stop == 1 &&
+              !strcmp(r[i]->stop[0], "x") && (i == 0 || r[i]->stop[0] != r[0]->stop[0]) &&
+              (i == 0 || strcmp(r[i]->id, r[0]->id) != 0));
+    if (n == 3)
+        CHECK(r[1]->n_prompt == 3 && r[1]->prompt[0] == 5 && r[1]->prompt[2] == 7 &&
+              r[2]->n_prompt >= 1 && r[0]->n_prompt > r[2]->n_prompt);
+    for (uint32_t i = 0; i < n; i++)
+        serve_req_release(r[i]);
+    static const struct { const char *body; const char *says; } bad[] = {
+        {"{\"prompt\": [\"a\", \"b\", \"c\"]}", "lists 3 prompts; at most 2"},
+        {"{\"prompt\": [\"a\", \"b\"], \"stream\": true}", "a stream takes one"},
+        {"{\"prompt\": [\"a\", [1, 99999]]}", "'prompt'[1][1]: 99999 is not a token"},
+        {"{\"prompt\": [\"a\", \"\"]}", "'prompt'[1] is empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        error = NULL;
+        n = serve_api_requests(a, SERVE_COMPLETION, bad[i].body, strlen(bad[i].body), r, 2,
+                               &status, &error);
+        CHECK(n == 0 && status == 400 && error && strstr(error, bad[i].says));
+        if (n || !error || !strstr(error, bad[i].says))
+            fprintf(stderr, "  %s: %u requests, %s\n", bad[i].body, n, error ? error : "-");
+        free(error);
+    }
+    /* a chat's "prompt" is no list of prompts: its messages are the one */
+    static const char chat[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                               "\"prompt\": [\"a\", \"b\"]}";
+    n = serve_api_requests(a, SERVE_CHAT, chat, sizeof chat - 1, r, 4, &status, &error);
+    CHECK(n == 1);
+    if (n)
+        serve_req_release(r[0]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -293,6 +339,7 @@ int main(int argc, char **argv)
     test_content_parts(&a);
     test_reply_bytes(&a);
     test_prompt_shapes(argv[1], argv[2]);
+    test_several_prompts(&a);
 
     /* their mutations, each body read as every route */
     enum { ROUNDS = 20000, CAP = 4096 };

@@ -21,6 +21,8 @@
 /* stop strings a request may give: OpenAI's limit is 4, llama.cpp's server has none, and
  * front ends written for it (SillyTavern) send a dozen */
 #define SERVE_MAX_STOP 32
+/* the prompts one completion request may list (a request each, served side by side) */
+#define SERVE_MAX_PROMPTS 64
 
 /* The alternatives a generated token may report with its log-probability (OpenAI's
  * top_logprobs limit; llama.cpp's n_probs). */

@@ -189,7 +189,7 @@ int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int 
     /* llama.cpp's server reads a list of strings alone as that many prompts, and a list
      * with an id in it as one prompt */
     if (nested || (strings > 1 && !ids)) {
-        snprintf(bad, cap, "'%s' holds several prompts; moevm serve takes one a request: send "
+        snprintf(bad, cap, "%s holds several prompts; moevm serve takes one a request: send "
                  "each as a request of its own (they are batched together)", field);
         return -1;
     }
@@ -201,7 +201,7 @@ int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int 
         if (cJSON_IsNumber(e)) {
             const double id = e->valuedouble;
             if (!(id >= 0 && id < a->n_vocab && id == floor(id))) {
-                snprintf(bad, cap, "'%s'[%d]: %g is not a token of the vocabulary (0 to %u)",
+                snprintf(bad, cap, "%s[%d]: %g is not a token of the vocabulary (0 to %u)",
                          field, i, id, a->n_vocab - 1);
                 goto fail;
             }
@@ -211,7 +211,7 @@ int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int 
         size_t k = 0, len = strlen(e->valuestring);
         if (mvm_engine_tokenize(a->e, e->valuestring, len, add_special && first, parse_special,
                                 *out + *n, room - *n, &k) != MVM_OK) {
-            snprintf(bad, cap, "'%s': %s", field, mvm_last_error());
+            snprintf(bad, cap, "%s: %s", field, mvm_last_error());
             goto fail;
         }
         *n += k;
@@ -222,14 +222,15 @@ fail:
     *out = NULL, *n = 0;
     return -1;
 shape:
-    snprintf(bad, cap, "'%s' must be a string, an array of token ids, or an array of both",
+    snprintf(bad, cap, "%s must be a string, an array of token ids, or an array of both",
              field);
     return -1;
 }
 
-/* The request's prompt tokens into r: the chat in its template, or a completion's prompt
+/* The request's prompt tokens into r: the chat in its template, or a completion's prompt p
  * (its control-token texts parsed, as llama.cpp's server does); it must fit the context. */
-static int prompt(const serve_api *a, cJSON *body, serve_req *r, char *bad, size_t cap)
+static int prompt(const serve_api *a, cJSON *body, const cJSON *p, const char *field,
+                  serve_req *r, char *bad, size_t cap)
 {
     size_t n = 0;
     if (r->kind == SERVE_CHAT) {
@@ -244,21 +245,50 @@ static int prompt(const serve_api *a, cJSON *body, serve_req *r, char *bad, size
         free(text);
         if (st != MVM_OK)
             return -1;
-    } else if (serve_api_tokens(a, cJSON_GetObjectItemCaseSensitive(body, "prompt"), "prompt",
-                                1, 1, &r->prompt, &n, bad, cap)) {
+    } else if (serve_api_tokens(a, p, field, 1, 1, &r->prompt, &n, bad, cap)) {
         return -1;
     }
     if (n == 0) {
-        snprintf(bad, cap, "the prompt is empty");
+        snprintf(bad, cap, "%s is empty", r->kind == SERVE_CHAT ? "the prompt" : field);
         return -1;
     }
     if (n >= a->n_ctx) {
-        snprintf(bad, cap, "the prompt takes %zu tokens; the context holds %u (-c)", n,
-                 a->n_ctx);
+        snprintf(bad, cap, "%s takes %zu tokens; the context holds %u (-c)",
+                 r->kind == SERVE_CHAT ? "the prompt" : field, n, a->n_ctx);
         return -1;
     }
     r->n_prompt = (uint32_t)n;
     return 0;
+}
+
+/* Several prompts in a completion's "prompt", as llama.cpp's server and OpenAI's API take
+ * them: a list of strings alone, or a list holding lists (each a prompt of ids, or mixed).
+ * A list with an id in it at its top is one prompt. */
+static int several(const cJSON *p)
+{
+    int strings = 0, ids = 0, nested = 0;
+    for (const cJSON *e = cJSON_IsArray(p) ? p->child : NULL; e; e = e->next)
+        strings += cJSON_IsString(e), ids += cJSON_IsNumber(e),
+            nested += cJSON_IsArray(e) || cJSON_IsObject(e);
+    return !ids && (nested || strings > 1);
+}
+
+/* A request like r (a prompt of its own to come); NULL without memory. */
+static serve_req *sibling(const serve_req *r)
+{
+    serve_req *c = serve_req_new();
+    if (!c)
+        return NULL;
+    c->kind = r->kind, c->stream = r->stream, c->max_tokens = r->max_tokens;
+    c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
+    c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
+    c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        if (!(c->stop[c->n_stop++] = strdup(r->stop[i]))) {
+            serve_req_release(c);
+            return NULL;
+        }
+    return c;
 }
 
 /* What JSON forbids in a string and cJSON lets through: a raw control character; and what a
@@ -361,8 +391,9 @@ static int slot_fields(const serve_api *a, const cJSON *body, serve_req *r, char
     return 0;
 }
 
-serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const char *body,
-                             size_t len, int *status, char **error)
+uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char *body,
+                            size_t len, serve_req **out, uint32_t max, int *status,
+                            char **error)
 {
     static atomic_uint counter;
     char bad[512] = "";
@@ -378,22 +409,52 @@ serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const cha
          !serve_api_flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
     ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
          !logprobs(root, r, bad, sizeof bad);
-    ok = ok && !prompt(a, root, r, bad, sizeof bad);
+    const cJSON *p = root ? cJSON_GetObjectItemCaseSensitive(root, "prompt") : NULL;
+    const int list = ok && kind != SERVE_CHAT && several(p);
+    const uint32_t n = list ? (uint32_t)cJSON_GetArraySize(p) : 1;
+    if (ok && list && (n > max || stream)) {
+        snprintf(bad, sizeof bad, stream ? "'prompt' lists %u prompts; a stream takes one (send "
+                 "each as a request of its own: they are batched together)"
+                 : "'prompt' lists %u prompts; at most %u a request", n, max);
+        ok = 0;
+    }
     if (ok) {
         r->stream = stream;
         r->ignore_eos = ignore_eos;
         r->created = (long)time(NULL);
-        snprintf(r->id, sizeof r->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
-                 atomic_fetch_add(&counter, 1));
-    } else {
+    }
+    uint32_t made = 0;
+    const cJSON *e = list ? p->child : p;
+    for (uint32_t i = 0; ok && i < n; i++, e = list ? e->next : NULL) {
+        serve_req *q = i == 0 ? r : sibling(r);
+        char field[40];
+        snprintf(field, sizeof field, list ? "'prompt'[%u]" : "'prompt'", i);
+        if (q)
+            out[made++] = q;
+        ok = q && !prompt(a, root, e, field, q, bad, sizeof bad);
+        if (ok)
+            snprintf(q->id, sizeof q->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
+                     atomic_fetch_add(&counter, 1));
+    }
+    if (!ok) {
         if (!bad[0])
             snprintf(bad, sizeof bad, "out of memory"), *status = 500;
         *error = serve_api_error(bad, *status == 400 ? "invalid_request_error" : "server_error");
-        serve_req_release(r);
-        r = NULL;
+        if (!made)
+            serve_req_release(r);
+        for (uint32_t i = 0; i < made; i++)
+            serve_req_release(out[i]);
+        made = 0;
     }
     cJSON_Delete(root);
-    return r;
+    return made;
+}
+
+serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const char *body,
+                             size_t len, int *status, char **error)
+{
+    serve_req *r = NULL;
+    return serve_api_requests(a, kind, body, len, &r, 1, status, error) ? r : NULL;
 }
 
 static cJSON *envelope(const serve_api *a, const serve_req *r, int chunk)
@@ -408,23 +469,27 @@ static cJSON *envelope(const serve_api *a, const serve_req *r, int chunk)
     return o;
 }
 
-static void usage(cJSON *o, const serve_req *r)
+/* The tokens of requests r[0..n): one response's, or a list's summed. */
+static void usage(cJSON *o, const serve_req *const *r, uint32_t n)
 {
+    double prompt = 0, completion = 0;
+    for (uint32_t i = 0; i < n; i++)
+        prompt += r[i]->n_prompt, completion += r[i]->n_gen;
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + r->n_gen);
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
 }
 
 /* One choice: a message (chat), a delta (chat chunk) or text (completions); the
  * log-probabilities of the tokens r->gen[from..to) where asked for. */
-static void choice(const serve_api *a, cJSON *o, const serve_req *r, const char *text,
-                   size_t n, uint32_t from, uint32_t to, int chunk, int first,
-                   const char *finish)
+static void choice(const serve_api *a, cJSON *choices, uint32_t index, const serve_req *r,
+                   const char *text, size_t n, uint32_t from, uint32_t to, int chunk,
+                   int first, const char *finish)
 {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", index);
     /* a model may emit bytes that are not UTF-8 (byte tokens of a character it never
      * finished), and JSON must be: each bad byte becomes U+FFFD */
     char *t = mvm_cli_valid_utf8(text, n);
@@ -454,9 +519,15 @@ static void choice(const serve_api *a, cJSON *o, const serve_req *r, const char 
 
 char *serve_api_response(const serve_api *a, const serve_req *r)
 {
-    cJSON *o = envelope(a, r, 0);
-    choice(a, o, r, r->text, r->len, 0, r->n_gen, 0, 0, r->finish);
-    usage(o, r);
+    return serve_api_response_list(a, &r, 1);
+}
+
+char *serve_api_response_list(const serve_api *a, const serve_req *const *r, uint32_t n)
+{
+    cJSON *o = envelope(a, r[0], 0), *choices = cJSON_AddArrayToObject(o, "choices");
+    for (uint32_t i = 0; i < n; i++)
+        choice(a, choices, i, r[i], r[i]->text, r[i]->len, 0, r[i]->n_gen, 0, 0, r[i]->finish);
+    usage(o, r, n);
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return out;
@@ -466,9 +537,9 @@ char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, 
                       uint32_t from, uint32_t to, int first, const char *finish)
 {
     cJSON *o = envelope(a, r, 1);
-    choice(a, o, r, text, n, from, to, 1, first, finish);
+    choice(a, cJSON_AddArrayToObject(o, "choices"), 0, r, text, n, from, to, 1, first, finish);
     if (finish)
-        usage(o, r);
+        usage(o, &r, 1);
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!json)

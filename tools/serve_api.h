@@ -31,6 +31,13 @@ typedef struct serve_api {
  * a valid request or its prompt does not fit the context. */
 serve_req *serve_api_request(const serve_api *a, enum serve_kind kind, const char *body,
                              size_t len, int *status, char **error);
+/* The same for a completion whose "prompt" may list several prompts (OpenAI's and
+ * llama.cpp's server's): a request for each, in order, into out[0..max), their count; 0
+ * with *status and *error as above (more than max prompts, or several in a stream, among
+ * the reasons). */
+uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char *body,
+                            size_t len, serve_req **out, uint32_t max, int *status,
+                            char **error);
 
 /* The body as a JSON object, nothing but white space after it; NULL with a message in bad. */
 cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap);
@@ -42,7 +49,8 @@ char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap
 /* The tokens of p, a prompt in llama.cpp's server's shapes: a string, an array of token
  * ids, or an array of both; the BOS (add_special) only where it begins with a string, and
  * control-token texts parsed where parse_special. *out (malloc'd) of *n; -1 with a message
- * naming `field` in bad (*out NULL), or without one when out of memory. */
+ * naming `field` (as it is shown: "'prompt'") in bad (*out NULL), or without one when out
+ * of memory. */
 int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int add_special,
                      int parse_special, int32_t **out, size_t *n, char *bad, size_t cap);
 
@@ -52,6 +60,9 @@ char *serve_api_error(const char *message, const char *type);
 
 /* The whole response of a request that is done (non-streaming). */
 char *serve_api_response(const serve_api *a, const serve_req *r);
+/* That of a completion's several prompts, r[0..n) done: a choice each, by index; the
+ * tokens summed. */
+char *serve_api_response_list(const serve_api *a, const serve_req *const *r, uint32_t n);
 /* One server-sent event "data: {...}\n\n" of a streamed request: the first (role, chat
  * only), a piece of text (the tokens r->gen[from..to) made it: their log-probabilities,
  * where asked for), or the last (finish_reason set, usage); malloc'd. */
@@ -75,8 +86,10 @@ cJSON *serve_api_logprobs_legacy(const serve_api *a, const serve_req *r, uint32_
 
 /* ---- llama.cpp's server's own API (serve_llama.c) ---- */
 
-/* /completion's whole response of a request that is done. */
+/* /completion's whole response of a request that is done; of several prompts' r[0..n), a
+ * list of them by index (llama.cpp's server's). */
 char *serve_llama_response(const serve_api *a, const serve_req *r);
+char *serve_llama_response_list(const serve_api *a, const serve_req *const *r, uint32_t n);
 /* One server-sent event of a streamed /completion: text[0..n) and the ids r->gen[from..to)
  * (those generated since the last event); `last`: the final one (stop true, statistics). */
 char *serve_llama_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,

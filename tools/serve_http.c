@@ -267,7 +267,9 @@ static int client_gone(struct MHD_Connection *c)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, serve_req *r)
+/* Waits (under r->mu, taken and kept) until the engine thread is done with r, watching
+ * the socket: a client that leaves cancels it. */
+static void wait_done(struct MHD_Connection *c, serve_req *r)
 {
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
@@ -279,20 +281,43 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
         if (!r->done && !r->cancelled && client_gone(c))
             r->cancelled = 1; /* the engine thread frees the slot and says done */
     }
-    /* Cancelled because the client closed its end: gone, most likely, but a client that
-     * only shut down its sending side still reads, and must not take the text cut short
-     * for a whole reply. (A socket's half-close and its close look the same from here.) */
-    const int gone = r->cancelled && !r->error;
-    char *body = r->error ? serve_api_error(r->error, "server_error")
+}
+
+/* The reply of requests r[0..n) (a completion's prompts), once all are done: the first
+ * failure's error, or the whole list's response. */
+static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, serve_req **r,
+                             uint32_t n)
+{
+    const serve_req *failed = NULL, *gone = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        wait_done(c, r[i]);
+        /* Cancelled because the client closed its end: gone, most likely, but a client that
+         * only shut down its sending side still reads, and must not take the text cut
+         * short for a whole reply. (A socket's half-close and its close look the same from
+         * here.) The rest are cancelled with it. */
+        if (r[i]->error && !failed)
+            failed = r[i];
+        else if (r[i]->cancelled && !r[i]->error && !gone)
+            gone = r[i];
+        pthread_mutex_unlock(&r[i]->mu);
+        for (uint32_t j = i + 1; (failed || gone) && j < n; j++) {
+            pthread_mutex_lock(&r[j]->mu);
+            r[j]->cancelled = 1;
+            pthread_mutex_unlock(&r[j]->mu);
+        }
+    }
+    char *body = failed ? serve_api_error(failed->error, "server_error")
                  : gone ? serve_api_error("the client closed its end of the connection before "
                                           "the reply, so the request was cancelled (keep the "
                                           "sending side open until the reply comes)",
                                           "invalid_request_error")
-                 : r->kind == SERVE_LLAMA ? serve_llama_response(&h->api, r)
-                                          : serve_api_response(&h->api, r);
-    unsigned status = r->error ? 500 : gone ? 499 : MHD_HTTP_OK;
-    pthread_mutex_unlock(&r->mu);
-    serve_req_release(r);
+                 : r[0]->kind == SERVE_LLAMA
+                     ? (n > 1 ? serve_llama_response_list(&h->api, (const serve_req *const *)r, n)
+                              : serve_llama_response(&h->api, r[0]))
+                     : serve_api_response_list(&h->api, (const serve_req *const *)r, n);
+    unsigned status = failed ? 500 : gone ? 499 : MHD_HTTP_OK;
+    for (uint32_t i = 0; i < n; i++)
+        serve_req_release(r[i]);
     return reply(c, status, "application/json", body);
 }
 
@@ -303,16 +328,23 @@ static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c
 {
     int status;
     char *err;
-    serve_req *r = serve_api_request(&h->api, kind, cn->body ? cn->body : "", cn->len,
-                                     &status, &err);
-    if (!r)
+    serve_req *r[SERVE_MAX_PROMPTS];
+    const uint32_t n = serve_api_requests(&h->api, kind, cn->body ? cn->body : "", cn->len, r,
+                                          SERVE_MAX_PROMPTS, &status, &err);
+    if (!n)
         return reply(c, (unsigned)status, "application/json", err);
-    if (serve_submit(h->s, r)) {
-        serve_req_release(r);
-        return error(c, 503, "the server is busy: every slot and the queue are taken; try "
-                     "again later", "server_error");
-    }
-    return r->stream ? stream(h, c, r) : whole(h, c, r);
+    for (uint32_t i = 0; i < n; i++)
+        if (serve_submit(h->s, r[i])) { /* those queued are cancelled: the slots free */
+            for (uint32_t j = 0; j < n; j++) {
+                pthread_mutex_lock(&r[j]->mu);
+                r[j]->cancelled = 1;
+                pthread_mutex_unlock(&r[j]->mu);
+                serve_req_release(r[j]);
+            }
+            return error(c, 503, "the server is busy: every slot and the queue are taken; "
+                         "try again later", "server_error");
+        }
+    return r[0]->stream ? stream(h, c, r[0]) : whole(h, c, r, n);
 }
 
 /* llama.cpp's server's routes that answer at once from the tokenizer and template. */

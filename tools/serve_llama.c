@@ -105,12 +105,12 @@ static void timing(cJSON *t, const char *what, uint32_t n, double ms)
 /* The fields of an event or a response that both carry, of the text[0..n) the tokens
  * r->gen[from..to) made (their ids where streamed or asked for, as llama.cpp's server
  * gives them, and their probabilities where asked for); `last` adds the statistics. */
-static cJSON *event(const serve_api *a, const serve_req *r, const char *text, size_t n,
-                    uint32_t from, uint32_t to, int last)
+static cJSON *event(const serve_api *a, const serve_req *r, uint32_t index, const char *text,
+                    size_t n, uint32_t from, uint32_t to, int last)
 {
     cJSON *o = cJSON_CreateObject();
     char *t = mvm_cli_valid_utf8(text ? text : "", n);
-    cJSON_AddNumberToObject(o, "index", 0);
+    cJSON_AddNumberToObject(o, "index", index);
     cJSON_AddStringToObject(o, "content", t ? t : "");
     free(t);
     const int ids = r->stream || r->return_tokens;
@@ -152,13 +152,21 @@ static cJSON *event(const serve_api *a, const serve_req *r, const char *text, si
 
 char *serve_llama_response(const serve_api *a, const serve_req *r)
 {
-    return print(event(a, r, r->text, r->len, 0, r->n_gen, 1));
+    return print(event(a, r, 0, r->text, r->len, 0, r->n_gen, 1));
+}
+
+char *serve_llama_response_list(const serve_api *a, const serve_req *const *r, uint32_t n)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (uint32_t i = 0; list && i < n; i++)
+        cJSON_AddItemToArray(list, event(a, r[i], i, r[i]->text, r[i]->len, 0, r[i]->n_gen, 1));
+    return print(list);
 }
 
 char *serve_llama_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
                         uint32_t from, uint32_t to, int last)
 {
-    char *json = print(event(a, r, text, n, from, to, last));
+    char *json = print(event(a, r, 0, text, n, from, to, last));
     size_t len = json ? strlen(json) + 9 : 0;
     char *out = json ? malloc(len) : NULL;
     if (out)
@@ -220,7 +228,7 @@ char *serve_llama_tokenize(const serve_api *a, const char *body, size_t len, int
     if (serve_api_flag(root, "add_special", &add_special, bad, sizeof bad) ||
         serve_api_flag(root, "parse_special", &parse_special, bad, sizeof bad) ||
         serve_api_flag(root, "with_pieces", &with_pieces, bad, sizeof bad) ||
-        (content && serve_api_tokens(a, content, "content", add_special, parse_special, &t, &n,
+        (content && serve_api_tokens(a, content, "'content'", add_special, parse_special, &t, &n,
                                      bad, sizeof bad)))
         return refuse(root, bad, status);
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
@@ -254,7 +262,7 @@ char *serve_llama_detokenize(const serve_api *a, const char *body, size_t len, i
         ids &= cJSON_IsNumber(e);
     if (!ids)
         snprintf(bad, sizeof bad, "'tokens' must be an array of token ids");
-    if (!ids || (tokens && serve_api_tokens(a, tokens, "tokens", 0, 0, &t, &n, bad, sizeof bad)))
+    if (!ids || (tokens && serve_api_tokens(a, tokens, "'tokens'", 0, 0, &t, &n, bad, sizeof bad)))
         return refuse(root, bad, status);
     char *text = detokenize(a, t, n);
     free(t);
@@ -288,7 +296,8 @@ char *serve_llama_apply_template(const serve_api *a, const char *body, size_t le
 
 char *serve_llama_props(const serve_api *a)
 {
-    cJSON *o = cJSON_CreateObject(), *dgs = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON *o = cJSON_CreateObject();
+    cJSON *dgs = cJSON_AddObjectToObject(o, "default_generation_settings");
     cJSON_AddItemToObject(dgs, "params", params(&a->defaults, a->default_max_tokens,
                                                 a->default_ignore_eos, 0, 0));
     cJSON_AddNumberToObject(dgs, "n_ctx", a->n_ctx);

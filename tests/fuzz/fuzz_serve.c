@@ -3,7 +3,8 @@
  * the body of a POST to /v1/completions, /v1/chat/completions or llama.cpp's /completion,
  * which comes from the network, read as the server reads it, then answered as the server
  * answers it; for /completion's route, the same body also to /tokenize, /detokenize and
- * /apply-template. The first byte: bit 0 picks chat, else bit 1 llama.cpp's /completion,
+ * /apply-template; a prompt may list several (up to 4 here: a request each). The first
+ * byte: bit 0 picks chat, else bit 1 llama.cpp's /completion,
  * else /v1/completions; bits 2-7 how many of the last bytes are the reply's text instead
  * (a model's bytes, which need not be UTF-8); the rest is the body. Promises (a broken one
  * traps, so libFuzzer reports it like a crash):
@@ -314,9 +315,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_utilities(&a, body, len);
     int status = 0;
     char *error = NULL;
-    serve_req *r = serve_api_request(&a, kind, body, len, &status, &error);
-    require((r == NULL) != (error == NULL));
-    if (!r) {
+    enum { MAX = 4 };
+    serve_req *r[MAX];
+    const uint32_t n = serve_api_requests(&a, kind, body, len, r, MAX, &status, &error);
+    require((n == 0) != (error == NULL) && n <= MAX && (n <= 1 || kind != SERVE_CHAT));
+    if (!n) {
         require(status == 400 || status == 500);
         cJSON *o = parsed(error);
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
@@ -326,8 +329,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(error);
         return 0;
     }
-    check_request(&a, r, kind);
-    check_answers(&a, r, text, n_text);
-    serve_req_release(r);
+    for (uint32_t i = 0; i < n; i++) {
+        check_request(&a, r[i], kind);
+        check_answers(&a, r[i], text, n_text);
+    }
+    /* several prompts' response: a choice (or an object) each, by index */
+    char *json = n < 2 ? NULL
+                 : kind == SERVE_LLAMA
+                     ? serve_llama_response_list(&a, (const serve_req *const *)r, n)
+                     : serve_api_response_list(&a, (const serve_req *const *)r, n);
+    if (json) {
+        cJSON *o = cJSON_Parse(json);
+        const cJSON *list = kind == SERVE_LLAMA ? o
+                                                : cJSON_GetObjectItemCaseSensitive(o, "choices");
+        require(cJSON_IsArray(list) && (uint32_t)cJSON_GetArraySize(list) == n);
+        for (uint32_t i = 0; i < n; i++) {
+            const cJSON *ix = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(list, (int)i),
+                                                               "index");
+            require(cJSON_IsNumber(ix) && ix->valuedouble == i);
+        }
+        cJSON_Delete(o);
+        free(json);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        serve_req_release(r[i]);
     return 0;
 }

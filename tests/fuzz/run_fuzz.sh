@@ -131,6 +131,7 @@ printf '%s' "{{ [1]|select|list }}" | seed 6 chat-select-bare # once NULL + 0 (c
 printf '%s' '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 3, "stop": ["\n", "."], "stream": true, "repeat_penalty": 1.1, "ignore_eos": false}' |
     serve_seed 0 completions
 printf '%s' '{"prompt": "x", "logprobs": 3}a\xe2\x82b' | serve_seed 16 completions-logprobs
+printf '%s' '{"prompt": ["x", [5, "y"], "z"], "logprobs": 1}ab' | serve_seed 8 completions-several
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
 printf '%s' '{"prompt": ["a"], "n": 1, "max_completion_tokens": 3}hello' | serve_seed 20 completions-reply
 printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "chat_template_kwargs": {"enable_thinking": false}}' |
