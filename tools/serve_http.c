@@ -357,22 +357,18 @@ static enum MHD_Result utility(struct serve_http *h, struct MHD_Connection *c,
     return reply(c, (unsigned)status, "application/json", body);
 }
 
+/* The POST routes: a completion of its kind, or an answer from the tokenizer and template. */
 static const struct {
     const char *url;
     enum serve_kind kind;
-} completions[] = {
-    {"/v1/chat/completions", SERVE_CHAT}, {"/chat/completions", SERVE_CHAT},
-    {"/v1/completions", SERVE_COMPLETION},
-    /* llama.cpp's server's own, whose /completions is its too (not OpenAI's) */
-    {"/completion", SERVE_LLAMA}, {"/completions", SERVE_LLAMA},
-};
-
-static const struct {
-    const char *url;
     char *(*answer)(const serve_api *, const char *, size_t, int *);
-} utilities[] = {
-    {"/tokenize", serve_llama_tokenize}, {"/detokenize", serve_llama_detokenize},
-    {"/apply-template", serve_llama_apply_template},
+} posts[] = {
+    {"/v1/chat/completions", SERVE_CHAT, NULL}, {"/chat/completions", SERVE_CHAT, NULL},
+    {"/v1/completions", SERVE_COMPLETION, NULL},
+    /* llama.cpp's server's own, whose /completions is its too (not OpenAI's) */
+    {"/completion", SERVE_LLAMA, NULL}, {"/completions", SERVE_LLAMA, NULL},
+    {"/tokenize", 0, serve_llama_tokenize}, {"/detokenize", 0, serve_llama_detokenize},
+    {"/apply-template", 0, serve_llama_apply_template},
 };
 
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
@@ -390,18 +386,13 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
         return get ? reply(c, 200, "application/json", serve_llama_props(&h->api))
                    : error(c, 405, "use GET (moevm serve's properties are set by its command "
                            "line)", "invalid_request_error");
-    for (size_t i = 0; i < sizeof completions / sizeof *completions; i++)
-        if (!strcmp(url, completions[i].url))
+    for (size_t i = 0; i < sizeof posts / sizeof *posts; i++)
+        if (!strcmp(url, posts[i].url))
             return !post ? error(c, 405, "use POST", "invalid_request_error")
                    : cn->too_large ? error(c, 413, "the request body is over 8 MiB",
                                            "invalid_request_error")
-                                   : completion(h, c, completions[i].kind, cn);
-    for (size_t i = 0; i < sizeof utilities / sizeof *utilities; i++)
-        if (!strcmp(url, utilities[i].url))
-            return !post ? error(c, 405, "use POST", "invalid_request_error")
-                   : cn->too_large ? error(c, 413, "the request body is over 8 MiB",
-                                           "invalid_request_error")
-                                   : utility(h, c, utilities[i].answer, cn);
+                   : posts[i].answer ? utility(h, c, posts[i].answer, cn)
+                                     : completion(h, c, posts[i].kind, cn);
     char msg[300];
     snprintf(msg, sizeof msg, "no route %s %.200s", method, url);
     return error(c, 404, msg, "not_found_error");

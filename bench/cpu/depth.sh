@@ -20,18 +20,9 @@ depth=${2:-4096}
 rounds=${3:-2}
 threads=${4:-2}
 kvs=${5:-"f16 q8_0"}
-bin=.llamacpp/build-cpu/bin
-die() { echo "bench/cpu/depth.sh: $*" >&2; exit 1; }
-[ -f "$model" ] || die "$model: no such file"
-
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
-[ -x "$bin/llama-bench" ] || bash bench/llamacpp/build.sh cpu
-export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+me=bench/cpu/depth.sh tool=llama-bench
+# shellcheck source=bench/cpu/against_llamacpp.sh
+. bench/cpu/against_llamacpp.sh
 echo "== $model: pp512 and tg32 at depth $depth, $threads threads, $rounds rounds, KV $kvs"
 for r in $(seq "$rounds"); do
     for kv in $kvs; do

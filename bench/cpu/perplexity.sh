@@ -26,19 +26,10 @@ chunks=${3:-8}
 threads=${4:-2}
 rounds=${5:-2}
 text=${TEXT:-/usr/share/common-licenses/GPL-3}
-bin=.llamacpp/build-cpu/bin
-die() { echo "bench/cpu/perplexity.sh: $*" >&2; exit 1; }
-[ -f "$model" ] || die "$model: no such file"
-[ -f "$text" ] || die "$text: no such file (set TEXT to a text file)"
-
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
-[ -x "$bin/llama-perplexity" ] || bash bench/llamacpp/build.sh cpu
-export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+me=bench/cpu/perplexity.sh tool=llama-perplexity
+[ -f "$text" ] || { echo "$me: $text: no such file (set TEXT to a text file)" >&2; exit 1; }
+# shellcheck source=bench/cpu/against_llamacpp.sh
+. bench/cpu/against_llamacpp.sh
 echo "== $model: perplexity of $text, -c $ctx, $chunks chunks, $threads threads, $rounds rounds"
 now() { date +%s.%N; }
 what=(-f "$text")
