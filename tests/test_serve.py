@@ -232,6 +232,29 @@ def llama_api(s, arch):
     status, none = s.post("/completion", dict(ask, n_predict=0))
     check(status == 200 and none["content"] == "" and none["tokens_predicted"] == 0 and
           none["stop_type"] == "limit", f"{arch}: n_predict 0: {none}")
+    # /slots: each slot's state; one serving a long reply shows it (polled while it runs)
+    status, text_slots = s.request("GET", "/slots?fail_on_no_slot=1")
+    slots = json.loads(text_slots)
+    check(status == 200 and [x["id"] for x in slots] == [0, 1, 2] and
+          all(x["n_ctx"] == 4096 and x["params"]["top_k"] == 40 for x in slots),
+          f"{arch}: /slots {text_slots[:300]}")
+    done = threading.Event()
+
+    def long_reply():
+        s.post("/completion", dict(ask, n_predict=3000, ignore_eos=True, id_slot=1, top_k=7))
+        done.set()
+
+    t = threading.Thread(target=long_reply)
+    t.start()
+    seen = None
+    while not done.is_set() and seen is None:
+        busy = [x for x in json.loads(s.request("GET", "/slots")[1]) if x["is_processing"]]
+        seen = busy[0] if busy else None
+    t.join()
+    check(seen and seen["id"] == 1 and seen["params"]["top_k"] == 7 and
+          seen["params"]["n_predict"] == 3000 and seen["next_token"][0]["has_next_token"] and
+          seen["next_token"][0]["n_decoded"] + seen["next_token"][0]["n_remain"] == 3000,
+          f"{arch}: /slots while a slot serves: {seen}")
     status, text_props = s.request("GET", "/props")
     props = json.loads(text_props)
     check(status == 200 and props["total_slots"] == 3 and
@@ -370,7 +393,8 @@ def errors(s, arch):
              ("POST", "/detokenize", json.dumps({"tokens": [-1]}), 400),
              ("POST", "/apply-template", json.dumps({"messages": "hi"}), 400),
              ("GET", "/tokenize", None, 405),
-             ("POST", "/props", "{}", 405)]
+             ("POST", "/props", "{}", 405),
+             ("POST", "/slots", "{}", 405)]
     for method, path, raw, want in cases:
         status, text = s.request(method, path, raw=raw)
         try:

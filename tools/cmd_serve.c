@@ -24,7 +24,7 @@ static void usage(FILE *f)
                "An OpenAI-compatible API: POST /v1/chat/completions and /v1/completions (with\n"
                "\"stream\": true, server-sent events), GET /v1/models, /health, /metrics; and\n"
                "llama-server's own: POST /completion, /tokenize, /detokenize, /apply-template,\n"
-               "GET /props (docs/serve.md).\n"
+               "GET /props, /slots (docs/serve.md).\n"
                "  --host ADDR     the IPv4 address to listen on (default 127.0.0.1)\n"
                "  --port N        the port (default 8080; 0: any free one, printed)\n"
                "  -np, --parallel N  requests served at once, each with its own KV cache of\n"

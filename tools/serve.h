@@ -98,6 +98,16 @@ typedef struct serve_metrics {
     uint32_t active, queued;
 } serve_metrics;
 
+/* A slot as the engine thread last left it (GET /slots). */
+typedef struct serve_slot_info {
+    int busy;                 /* serving a request */
+    char id[48];              /* that request's */
+    uint32_t n_cached;        /* tokens in its cache (kept for the next request when idle) */
+    uint32_t n_prompt, n_gen; /* the request's prompt and tokens generated so far */
+    int32_t max_tokens;       /* its limit; -1: none */
+    mvm_sampler_params sp;    /* its sampling */
+} serve_slot_info;
+
 typedef struct serve serve;
 
 /* The engine thread's state over engine e (its n_seq sequences are the slots);
@@ -111,6 +121,8 @@ void serve_run(serve *s);
 void serve_stop(serve *s);
 /* A consistent copy of the counters (taken between steps). */
 void serve_get_metrics(serve *s, serve_metrics *out);
+/* A consistent copy of the slots, as of the last round, into out[0..n_seq). */
+void serve_get_slots(serve *s, serve_slot_info *out);
 mvm_engine *serve_engine(serve *s);
 
 /* The HTTP front on host:port (port 0: any free one); *bound: the port it listens on.

@@ -102,5 +102,7 @@ char *serve_llama_detokenize(const serve_api *a, const char *body, size_t len, i
 char *serve_llama_apply_template(const serve_api *a, const char *body, size_t len,
                                  int *status);
 char *serve_llama_props(const serve_api *a);
+/* GET /slots: each slot's state, slots[0..n_seq) as serve_get_slots copies them. */
+char *serve_llama_slots(const serve_api *a, const serve_slot_info *slots);
 
 #endif

@@ -9,7 +9,7 @@
  *
  * Routes: OpenAI's POST /v1/chat/completions and /v1/completions, GET /v1/models;
  * llama.cpp's server's own POST /completion, /tokenize, /detokenize, /apply-template and
- * GET /props; GET /health, GET /metrics (Prometheus text). Bodies over 8 MiB are refused
+ * GET /props, /slots; GET /health, GET /metrics (Prometheus text). Bodies over 8 MiB are refused
  * (413).
  *
  * Access as llama.cpp's server grants it: with API keys (--api-key), every route but
@@ -150,6 +150,25 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c)
                  (unsigned long long)m.completed, (unsigned long long)m.cancelled,
                  (unsigned long long)m.failed, m.active, m.queued);
     return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", body);
+}
+
+/* GET /slots (llama.cpp's server's): the slots as of the engine's last round; with
+ * ?fail_on_no_slot=1, a 503 when none is free, as there. */
+static enum MHD_Result slots(struct serve_http *h, struct MHD_Connection *c)
+{
+    serve_slot_info *sl = calloc(h->api.n_seq, sizeof *sl);
+    if (!sl)
+        return error(c, 500, "out of memory", "server_error");
+    serve_get_slots(h->s, sl);
+    const char *fail = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
+    int idle = 0;
+    for (uint32_t i = 0; i < h->api.n_seq; i++)
+        idle += !sl[i].busy;
+    char *body = fail && strcmp(fail, "0") && !idle ? NULL : serve_llama_slots(&h->api, sl);
+    free(sl);
+    if (fail && strcmp(fail, "0") && !idle)
+        return error(c, 503, "no slot available", "unavailable_error");
+    return reply(c, MHD_HTTP_OK, "application/json", body);
 }
 
 /* ---- streamed replies ---------------------------------------------------------------------- */
@@ -382,6 +401,8 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
         return get ? models(h, c) : error(c, 405, "use GET", "invalid_request_error");
     if (!strcmp(url, "/metrics"))
         return get ? metrics(h, c) : error(c, 405, "use GET", "invalid_request_error");
+    if (!strcmp(url, "/slots"))
+        return get ? slots(h, c) : error(c, 405, "use GET", "invalid_request_error");
     if (!strcmp(url, "/props"))
         return get ? reply(c, 200, "application/json", serve_llama_props(&h->api))
                    : error(c, 405, "use GET (moevm serve's properties are set by its command "

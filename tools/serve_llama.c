@@ -2,7 +2,7 @@
  * llama.cpp's server's own API (serve_api.h; docs/serve.md): what its web UI, its Python
  * and shell clients and front ends written against it (SillyTavern, ...) call besides
  * OpenAI's routes. /completion's responses and stream events, and /tokenize, /detokenize,
- * /apply-template and /props, with the fields and defaults of the llama.cpp server the
+ * /apply-template, /props and /slots, with the fields and defaults of the llama.cpp server the
  * project vendors, its server README, so a client cannot tell the two apart on
  * what both do. What moevm serve does not do (grammars, probabilities after sampling,
  * several prompts a request) is refused with a 400 naming it, by the request reader.
@@ -294,6 +294,37 @@ char *serve_llama_apply_template(const serve_api *a, const char *body, size_t le
     return print(o);
 }
 
+char *serve_llama_slots(const serve_api *a, const serve_slot_info *slots)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (uint32_t i = 0; list && i < a->n_seq; i++) {
+        const serve_slot_info *sl = &slots[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(list, o);
+        cJSON_AddNumberToObject(o, "id", i);
+        if (sl->busy)
+            cJSON_AddStringToObject(o, "id_task", sl->id);
+        else
+            cJSON_AddNumberToObject(o, "id_task", -1);
+        cJSON_AddNumberToObject(o, "n_ctx", a->n_ctx);
+        cJSON_AddBoolToObject(o, "speculative", 0);
+        cJSON_AddBoolToObject(o, "is_processing", sl->busy);
+        cJSON_AddNumberToObject(o, "n_past", sl->n_cached); /* its cache's tokens */
+        cJSON_AddItemToObject(o, "params",
+                              sl->busy ? params(&sl->sp, sl->max_tokens, 0, 0, 0)
+                                       : params(&a->defaults, a->default_max_tokens,
+                                                a->default_ignore_eos, 0, 0));
+        cJSON *next = cJSON_CreateObject();
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "next_token"), next);
+        cJSON_AddBoolToObject(next, "has_next_token", sl->busy);
+        cJSON_AddNumberToObject(next, "n_remain",
+                                sl->busy && sl->max_tokens >= 0
+                                    ? (double)sl->max_tokens - sl->n_gen : -1);
+        cJSON_AddNumberToObject(next, "n_decoded", sl->busy ? sl->n_gen : 0);
+    }
+    return print(list);
+}
+
 char *serve_llama_props(const serve_api *a)
 {
     cJSON *o = cJSON_CreateObject();
@@ -314,7 +345,7 @@ char *serve_llama_props(const serve_api *a)
     char build[64];
     snprintf(build, sizeof build, "moevm %s", mvm_version());
     cJSON_AddStringToObject(o, "build_info", build);
-    cJSON_AddBoolToObject(o, "endpoint_slots", 0);
+    cJSON_AddBoolToObject(o, "endpoint_slots", 1);
     cJSON_AddBoolToObject(o, "endpoint_props", 0);
     cJSON_AddBoolToObject(o, "endpoint_metrics", 1);
     return print(o);

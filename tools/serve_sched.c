@@ -45,6 +45,7 @@ struct serve {
     float *rows;              /* [n_seq][n_vocab] its logits: a row for each slot at most */
     uint32_t first_prompt;    /* the slot whose prompt is read first, in turns */
     serve_metrics metrics;    /* under mu */
+    serve_slot_info *snap;    /* [n_seq] the slots as of the last round; under mu */
 };
 
 serve *serve_create(mvm_engine *e, uint32_t max_queue)
@@ -59,6 +60,7 @@ serve *serve_create(mvm_engine *e, uint32_t max_queue)
     pthread_cond_init(&s->cv, NULL);
     const uint32_t n_seq = s->info.n_seq;
     int ok = (s->slots = calloc(n_seq, sizeof *s->slots)) &&
+             (s->snap = calloc(n_seq, sizeof *s->snap)) &&
              (s->batch = malloc((n_seq + s->info.n_batch) * sizeof *s->batch)) &&
              (s->rows = malloc((size_t)n_seq * s->info.n_vocab * sizeof *s->rows));
     for (uint32_t i = 0; ok && i < n_seq; i++) {
@@ -87,7 +89,7 @@ void serve_free(serve *s)
         next = r->next;
         serve_req_release(r);
     }
-    free(s->slots), free(s->batch), free(s->rows);
+    free(s->slots), free(s->snap), free(s->batch), free(s->rows);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -129,6 +131,30 @@ void serve_get_metrics(serve *s, serve_metrics *out)
     pthread_mutex_lock(&s->mu);
     *out = s->metrics;
     pthread_mutex_unlock(&s->mu);
+}
+
+void serve_get_slots(serve *s, serve_slot_info *out)
+{
+    pthread_mutex_lock(&s->mu);
+    memcpy(out, s->snap, s->info.n_seq * sizeof *out);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The slots copied for GET /slots (under s->mu; the engine thread alone writes what the
+ * slots and their requests' counts hold, so it reads them unlocked). */
+static void snapshot(serve *s)
+{
+    for (uint32_t i = 0; i < s->info.n_seq; i++) {
+        const struct slot *sl = &s->slots[i];
+        serve_slot_info *o = &s->snap[i];
+        *o = (serve_slot_info){.busy = sl->req != NULL, .n_cached = sl->n_cached,
+                               .max_tokens = -1};
+        if (sl->req) {
+            memcpy(o->id, sl->req->id, sizeof o->id);
+            o->n_prompt = sl->req->n_prompt, o->n_gen = sl->req->n_gen;
+            o->max_tokens = sl->req->max_tokens, o->sp = sl->req->sp;
+        }
+    }
 }
 
 /* ---- a request's end ------------------------------------------------------------------- */
@@ -411,6 +437,7 @@ static uint32_t admit(serve *s)
         active += s->slots[i].req != NULL;
     s->metrics.active = active;
     s->metrics.queued = s->queued;
+    snapshot(s);
     return active;
 }
 
@@ -431,6 +458,7 @@ void serve_run(serve *s)
         mvm_engine_get_stats(s->e, &es);
         pthread_mutex_lock(&s->mu);
         s->metrics.engine = es;
+        snapshot(s);
     }
     serve_req *queued = s->head;
     s->head = s->tail = NULL;
