@@ -994,6 +994,43 @@ static void test_sequences(void)
     }
 }
 
+/* Truncating where windowed blocks keep rings (gpt-oss's tiny preset, 64 positions in
+ * batches of 4: rings of 9 rows, test_kv_layout): back by up to a batch the window is still
+ * in the ring and the positions are kept; back by more, the rows hold later positions and
+ * none are kept (a server reused them, and replies came out wrong). Either way, evaluating
+ * from what is kept gives a fresh context's logits. */
+static void test_truncate_ring(void)
+{
+    mvm_model *m = NULL;
+    CHECK_ST(load(tiny_path("gpt-oss", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    enum { N = 30 };
+    const size_t V = m->hp.n_vocab;
+    int32_t toks[N];
+    for (uint32_t t = 0; t < N; t++)
+        toks[t] = prompt[(3 * t + 1) % N_PROMPT];
+    float *fresh = malloc(V * sizeof *fresh), *again = malloc(V * sizeof *again);
+    mvm_ctx *c = NULL, *f = NULL;
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &f), MVM_OK);
+    static const struct { uint32_t to, kept; } cuts[] = {{27, 27}, {26, 26}, {25, 0}, {12, 0}};
+    for (size_t k = 0; c && f && fresh && again && k < sizeof cuts / sizeof *cuts; k++) {
+        mvm_ctx_reset(c);
+        CHECK_ST(mvm_ctx_eval(c, toks, N, NULL, 0), MVM_OK);
+        mvm_ctx_truncate(c, cuts[k].to);
+        CHECK(mvm_ctx_n_past(c) == cuts[k].kept);
+        const uint32_t kept = mvm_ctx_n_past(c);
+        CHECK_ST(mvm_ctx_eval(c, toks + kept, cuts[k].to + 1 - kept, again, 0), MVM_OK);
+        mvm_ctx_reset(f);
+        CHECK_ST(mvm_ctx_eval(f, toks, cuts[k].to + 1, fresh, 0), MVM_OK);
+        CHECK(memcmp(again, fresh, V * sizeof *fresh) == 0);
+    }
+    mvm_ctx_free(c), mvm_ctx_free(f);
+    free(fresh), free(again);
+    mvm_model_free(m);
+}
+
 /* Observes the positions the MoE steps route (route observers see the batch's tokens at
  * their sequences' positions). */
 static void sum_positions(void *ctx, const mvm_route_record *r)
@@ -1322,6 +1359,7 @@ int main(void)
     RUN(test_load_errors);
     RUN(test_ctx_errors);
     RUN(test_sequences);
+    RUN(test_truncate_ring);
     RUN(test_batch_sequences);
     RUN(test_at_home);
     RUN(test_trace);

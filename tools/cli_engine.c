@@ -200,6 +200,7 @@ mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_
     if (k == n) /* the last token's logits are needed: evaluate it again */
         k--;
     mvm_engine_truncate(e, seq, k);
+    k = mvm_engine_n_past(e, seq); /* fewer where a ring no longer holds the window */
     *n_cached = *reused = k;
     uint32_t done;
     mvm_status st = mvm_cli_eval_prompt(e, seq, prompt + k, n - k, logits, 0, &done);
@@ -207,6 +208,7 @@ mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_
         st = MVM_ERR_CANCELLED;
     if (st != MVM_OK) { /* the batches done go too: the cache holds what cached says */
         mvm_engine_truncate(e, seq, k);
+        *n_cached = *reused = mvm_engine_n_past(e, seq);
         return st;
     }
     memcpy(cached + k, prompt + k, (n - k) * sizeof *prompt);

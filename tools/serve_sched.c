@@ -249,6 +249,7 @@ static void start(serve *s, struct slot *sl, uint32_t seq)
     if (k == r->n_prompt || !r->cache_prompt)
         k = r->cache_prompt ? k - 1 : 0;
     mvm_engine_truncate(s->e, seq, k);
+    k = mvm_engine_n_past(s->e, seq); /* fewer where a ring no longer holds the window */
     pthread_mutex_lock(&r->mu);
     r->slot = seq, r->n_cached = k, r->t_start = r->t_prompt = mvm_now_s();
     pthread_mutex_unlock(&r->mu);

@@ -265,8 +265,17 @@ uint32_t mvm_ctx_n_seq(const mvm_ctx *c) { return c->kv.n_seq; }
 
 void mvm_ctx_truncate(mvm_ctx *c, uint32_t n)
 {
-    if (n < c->n_past[c->seq])
-        c->n_past[c->seq] = n;
+    uint32_t *past = &c->n_past[c->seq];
+    if (n >= *past)
+        return;
+    /* A windowed block's ring (kv_cache.h: R = w + n_batch rows) holds the last R
+     * positions written. The window the next position reads, [n - w + 1, n), is still
+     * there only when no more than n_batch positions past n were written; else those rows
+     * hold later positions, and the sequence must be read anew. */
+    int ring = 0;
+    for (uint32_t b = 0; b < c->kv.n_blocks; b++)
+        ring |= c->kv.blocks[b].ring != 0;
+    *past = ring && *past - n > c->n_batch ? 0 : n;
 }
 
 uint32_t mvm_ctx_seq_n_past(const mvm_ctx *c, uint32_t s)

@@ -192,7 +192,9 @@ uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the selected sequence's cached positions (a new request). */
 void mvm_ctx_reset(mvm_ctx *c);
 /* Keeps only the first n of the selected sequence's positions (n >= n_past: no change):
- * a conversation whose new prompt starts with what is cached evaluates only the rest. */
+ * a conversation whose new prompt starts with what is cached evaluates only the rest. With
+ * windowed blocks in rings, when more than n_batch positions past n were written, those
+ * rows no longer hold n's window: it keeps none. mvm_ctx_n_past says what it kept. */
 void mvm_ctx_truncate(mvm_ctx *c, uint32_t n);
 /* Makes sequence s (< n_seq) the one mvm_ctx_eval extends; MVM_ERR_RANGE else. */
 mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s);

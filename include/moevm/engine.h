@@ -134,7 +134,10 @@ mvm_status mvm_engine_eval_batch(mvm_engine *e, const mvm_engine_token *tokens, 
 /* The positions cached in sequence seq (0 for seq out of range). */
 uint32_t mvm_engine_n_past(const mvm_engine *e, uint32_t seq);
 /* Keeps the first n positions of sequence seq (0: forget it all): a prompt that starts with
- * what is cached evaluates only what follows. */
+ * what is cached evaluates only what follows. It may keep fewer: none where a model's
+ * sliding-window layers keep rings (gpt-oss) and more than a batch of positions past n
+ * were cached, as those rows then hold later positions. mvm_engine_n_past says what it
+ * kept, from which to evaluate. */
 void mvm_engine_truncate(mvm_engine *e, uint32_t seq, uint32_t n);
 
 /* The model's chat template applied to messages_json (a JSON array of {"role", "content",
