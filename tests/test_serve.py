@@ -11,7 +11,8 @@ the context, each an OpenAI error object with its status; the OpenAI Python clie
 streamed chat where the package is installed; SIGTERM ends the server with its statistics;
 llama.cpp's --n-cpu-moe and -ngl taken as `moevm run` takes them; llama.cpp's server's own
 API (/completion whole and streamed, its prompt shapes, stop types, slots and cache,
-/tokenize, /detokenize, /apply-template, /props) against the OpenAI routes' answers; API
+/tokenize, /detokenize, /apply-template, /props, /slots, /infill) against the OpenAI
+routes' answers and llama.cpp's layouts; API
 keys and CORS; the
 log-probabilities of all three APIs against a softmax of `moevm run --logits-out`'s logits.
 
@@ -341,6 +342,48 @@ def logprobs(s, moevm, model, arch, work):
                                              {}).get("content", [])]
     check(done and [e["logprob"] for e in streamed] == [e["logprob"] for e in content],
           f"{arch}: streamed chat logprobs {streamed[:2]}")
+
+
+def infill(s, arch):
+    """llama.cpp's /infill: on a vocabulary with FIM tokens (the Qwen presets), the prompt
+    laid out as llama.cpp's server lays it (the repository's extra files, the BOS where the
+    vocabulary adds one, then prefix, prompt, suffix between the FIM tokens) completes as
+    /completion completes those ids; without them, a 501; a missing input a 400."""
+    body = {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n",
+            "input_extra": [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}],
+            "prompt": "return", "n_predict": 8, "temperature": 0}
+    fim = {}
+    for name in ("fim_prefix", "fim_suffix", "fim_middle", "repo_name", "file_sep"):
+        ids = s.post("/tokenize", {"content": f"<|{name}|>"})[1]["tokens"]
+        fim[name] = ids[0] if len(ids) == 1 else None
+    status, got = s.post("/infill", body)
+    if None in (fim["fim_prefix"], fim["fim_suffix"], fim["fim_middle"]):
+        check(status == 501 and got["error"]["type"] == "not_supported_error",
+              f"{arch}: /infill without FIM tokens: {status} {got}")
+        return
+    def tok(text):
+        return s.post("/tokenize", {"content": text, "parse_special": False})[1]["tokens"]
+    bos = s.post("/tokenize", {"content": "", "add_special": True})[1]["tokens"]
+    extra = ([fim["repo_name"]] + tok("myproject\n") if fim["repo_name"] is not None else [])
+    extra += [fim["file_sep"]] + tok("util.py\n") + tok(body["input_extra"][0]["text"])
+    extra += [fim["file_sep"]] + tok("filename\n")
+    want = extra + bos + [fim["fim_prefix"]] + tok(body["input_prefix"]) + \
+        s.post("/tokenize", {"content": "return"})[1]["tokens"] + [fim["fim_suffix"]] + \
+        tok(body["input_suffix"]) + [fim["fim_middle"]]
+    status2, same = s.post("/completion", {"prompt": want, "n_predict": 8, "temperature": 0})
+    check(status == 200 and status2 == 200 and got["tokens_evaluated"] == len(want) and
+          got["content"] == same["content"] and got["prompt"] == same["prompt"],
+          f"{arch}: /infill {str(got)[:300]} against {len(want)} ids: {str(same)[:200]}")
+    status, events, done = s.stream("/infill", body)
+    check(status == 200 and events and events[-1]["stop"] is True and
+          "".join(e["content"] for e in events) == got["content"],
+          f"{arch}: streamed /infill {events[-1:]}")
+    status, bad = s.post("/infill", {"input_prefix": "x"})
+    check(status == 400 and "input_suffix" in bad["error"]["message"],
+          f"{arch}: /infill without input_suffix: {status} {bad}")
+    status, bad = s.post("/infill", dict(body, input_extra=[{"filename": 5, "text": "x"}]))
+    check(status == 400 and "'input_extra'[0]" in bad["error"]["message"],
+          f"{arch}: /infill with a bad input_extra: {status} {bad}")
 
 
 def errors(s, arch):
@@ -705,6 +748,7 @@ def main():
         try:
             reply = basics(s, arch)
             llama_api(s, arch)
+            infill(s, arch)
             logprobs(s, moevm, model, arch, work)
             errors(s, arch)
             framing(s, arch)

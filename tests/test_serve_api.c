@@ -308,8 +308,9 @@ int main(int argc, char **argv)
     CHECK_ST(mvm_engine_load(&(mvm_engine_params){.model = model, .n_ctx = 256}, &e), MVM_OK);
     if (!e)
         TEST_END();
-    const serve_api a = {e, "tiny", {.temperature = 0.8f, .top_p = 1}, -1, 0, 256, N_SEQ,
-                         mvm_engine_n_vocab(e), NULL};
+    const serve_api a = {.e = e, .model_id = "tiny", .defaults = {.temperature = 0.8f, .top_p = 1},
+                         .default_max_tokens = -1, .n_ctx = 256, .n_seq = N_SEQ,
+                         .n_vocab = mvm_engine_n_vocab(e), .n_batch = 64};
 
     /* the seeds are valid requests, with the fields they give */
     for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) {

@@ -862,10 +862,28 @@ static void test_built_specials(void)
         CHECK(the >= 256 && the < v.eos);
         ENCODES(t, " the", 1, the); /* and no BOS */
         CHECK(v.types[v.eos] == MVM_TOKEN_CONTROL && v.types[v.n_tokens - 1] == MVM_TOKEN_NORMAL);
+        /* Qwen's FIM tokens, found by their spellings (the file has no fim_*_token_id);
+         * the pad, repository and file separator end a generation, as in llama.cpp */
+        static const char *const fim[MVM_FIM_COUNT] = {
+            [MVM_FIM_PRE] = "<|fim_prefix|>", [MVM_FIM_SUF] = "<|fim_suffix|>",
+            [MVM_FIM_MID] = "<|fim_middle|>", [MVM_FIM_PAD] = "<|fim_pad|>",
+            [MVM_FIM_REP] = "<|repo_name|>", [MVM_FIM_SEP] = "<|file_sep|>"};
+        for (int f = 0; f < MVM_FIM_COUNT; f++) {
+            const int32_t id = mvm_tokenizer_fim(t, (enum mvm_fim)f);
+            CHECK(id > v.eos && strcmp(mvm_tokenizer_text(t, id), fim[f]) == 0 &&
+                  t->type[id] == MVM_TOKEN_CONTROL &&
+                  mvm_tokenizer_is_eog(t, id) == (f >= MVM_FIM_PAD));
+        }
+        CHECK(mvm_tokenizer_fim(t, MVM_FIM_COUNT) == -1);
         mvm_tokenizer_free(t);
     }
     mvm_vocab_free(&v);
     CHECK_ST(mvm_vocab_build(MVM_VOCAB_OLMO, 50304, &v), MVM_OK);
+    if (v.tokens && (t = load_built(&v)) != NULL) { /* no FIM tokens */
+        for (int f = 0; f < MVM_FIM_COUNT; f++)
+            CHECK(mvm_tokenizer_fim(t, (enum mvm_fim)f) == -1);
+        mvm_tokenizer_free(t);
+    }
     if (v.tokens) {
         CHECK(strcmp(v.tokens[v.pad], "<|padding|>") == 0 && v.bos == v.eos && !v.add_bos);
         CHECK(strcmp(v.pre, "olmo") == 0 && strcmp(v.model, "gpt2") == 0);

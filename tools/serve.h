@@ -34,8 +34,9 @@ typedef struct serve_logprob {
 } serve_logprob;
 
 /* The API a request came by (docs/serve.md): OpenAI's text or chat completions, or
- * llama.cpp's server's own /completion. */
-enum serve_kind { SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA };
+ * llama.cpp's server's own /completion (and /infill, whose prompt is a code model's
+ * fill-in-the-middle: read as SERVE_INFILL, served and answered as SERVE_LLAMA). */
+enum serve_kind { SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA, SERVE_INFILL };
 
 typedef struct serve_req {
     /* set by the connection before submitting; read-only after */

@@ -230,7 +230,7 @@ shape:
 /* The request's prompt tokens into r: the chat in its template, or a completion's prompt p
  * (its control-token texts parsed, as llama.cpp's server does); it must fit the context. */
 static int prompt(const serve_api *a, cJSON *body, const cJSON *p, const char *field,
-                  serve_req *r, char *bad, size_t cap)
+                  int infill, serve_req *r, char *bad, size_t cap)
 {
     size_t n = 0;
     if (r->kind == SERVE_CHAT) {
@@ -245,7 +245,8 @@ static int prompt(const serve_api *a, cJSON *body, const cJSON *p, const char *f
         free(text);
         if (st != MVM_OK)
             return -1;
-    } else if (serve_api_tokens(a, p, field, 1, 1, &r->prompt, &n, bad, cap)) {
+    } else if (infill ? serve_llama_infill(a, body, r, &n, bad, cap)
+                      : serve_api_tokens(a, p, field, 1, 1, &r->prompt, &n, bad, cap)) {
         return -1;
     }
     if (n == 0) {
@@ -399,6 +400,8 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     char bad[512] = "";
     *status = 400;
     *error = NULL;
+    const int infill = kind == SERVE_INFILL; /* then a /completion of that prompt */
+    kind = infill ? SERVE_LLAMA : kind;
     cJSON *root = serve_api_parse(body, len, bad, sizeof bad);
     serve_req *r = root ? serve_req_new() : NULL;
     int ok = r != NULL, stream = 0, ignore_eos = a->default_ignore_eos;
@@ -410,7 +413,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
          !logprobs(root, r, bad, sizeof bad);
     const cJSON *p = root ? cJSON_GetObjectItemCaseSensitive(root, "prompt") : NULL;
-    const int list = ok && kind != SERVE_CHAT && several(p);
+    const int list = ok && kind != SERVE_CHAT && !infill && several(p);
     const uint32_t n = list ? (uint32_t)cJSON_GetArraySize(p) : 1;
     if (ok && list && (n > max || stream)) {
         snprintf(bad, sizeof bad, stream ? "'prompt' lists %u prompts; a stream takes one (send "
@@ -431,7 +434,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
         snprintf(field, sizeof field, list ? "'prompt'[%u]" : "'prompt'", i);
         if (q)
             out[made++] = q;
-        ok = q && !prompt(a, root, e, field, q, bad, sizeof bad);
+        ok = q && !prompt(a, root, e, field, infill, q, bad, sizeof bad);
         if (ok)
             snprintf(q->id, sizeof q->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
                      atomic_fetch_add(&counter, 1));
@@ -439,7 +442,11 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     if (!ok) {
         if (!bad[0])
             snprintf(bad, sizeof bad, "out of memory"), *status = 500;
-        *error = serve_api_error(bad, *status == 400 ? "invalid_request_error" : "server_error");
+        if (!strncmp(bad, SERVE_NOT_SUPPORTED, strlen(SERVE_NOT_SUPPORTED)))
+            *status = 501; /* a model that cannot do it, as llama.cpp's server says */
+        *error = serve_api_error(bad, *status == 400   ? "invalid_request_error"
+                                      : *status == 501 ? "not_supported_error"
+                                                       : "server_error");
         if (!made)
             serve_req_release(r);
         for (uint32_t i = 0; i < made; i++)

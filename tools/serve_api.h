@@ -21,6 +21,7 @@ typedef struct serve_api {
     int default_ignore_eos;      /* --ignore-eos */
     uint32_t n_ctx;
     uint32_t n_seq, n_vocab;     /* the slots; the token ids a prompt may give */
+    uint32_t n_batch;            /* tokens a forward pass: /infill's prefix and suffix */
     const char *model_path;      /* what /props says */
     const char *const *api_keys; /* a request must give one of them (but for /health) */
     uint32_t n_api_keys;         /* 0: no key is asked for */
@@ -102,6 +103,13 @@ char *serve_llama_detokenize(const serve_api *a, const char *body, size_t len, i
 char *serve_llama_apply_template(const serve_api *a, const char *body, size_t len,
                                  int *status);
 char *serve_llama_props(const serve_api *a);
+/* /infill's prompt into r->prompt (*n tokens), from body's input_prefix, input_suffix,
+ * input_extra and prompt, as llama.cpp's server lays it out; -1 with a message in bad (one
+ * that starts with SERVE_NOT_SUPPORTED where the model has no FIM tokens), or without one
+ * when out of memory. */
+#define SERVE_NOT_SUPPORTED "infill is not supported by this model"
+int serve_llama_infill(const serve_api *a, const cJSON *body, serve_req *r, size_t *n,
+                       char *bad, size_t cap);
 /* GET /slots: each slot's state, slots[0..n_seq) as serve_get_slots copies them. */
 char *serve_llama_slots(const serve_api *a, const serve_slot_info *slots);
 

@@ -386,6 +386,7 @@ static const struct {
     {"/v1/completions", SERVE_COMPLETION, NULL},
     /* llama.cpp's server's own, whose /completions is its too (not OpenAI's) */
     {"/completion", SERVE_LLAMA, NULL}, {"/completions", SERVE_LLAMA, NULL},
+    {"/infill", SERVE_INFILL, NULL},
     {"/tokenize", 0, serve_llama_tokenize}, {"/detokenize", 0, serve_llama_detokenize},
     {"/apply-template", 0, serve_llama_apply_template},
 };
@@ -577,6 +578,7 @@ serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
     h->api = *api;
     h->api.e = serve_engine(s);
     h->api.n_ctx = in.n_ctx, h->api.n_seq = in.n_seq, h->api.n_vocab = in.n_vocab;
+    h->api.n_batch = in.n_batch;
     struct MHD_Daemon *d = h->d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, port, NULL, NULL,
         handle, h, MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_SOCK_ADDR,

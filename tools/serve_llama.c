@@ -175,6 +175,151 @@ char *serve_llama_chunk(const serve_api *a, const serve_req *r, const char *text
     return out;
 }
 
+/* ---- /infill ------------------------------------------------------------------------------ */
+
+/* A growing list of tokens. */
+struct toks {
+    int32_t *t;
+    size_t n, cap;
+};
+
+static int push(struct toks *l, const int32_t *t, size_t n)
+{
+    if (!n)
+        return 0;
+    if (l->n + n > l->cap) {
+        size_t cap = 2 * l->cap + n + 64;
+        int32_t *g = realloc(l->t, cap * sizeof *g);
+        if (!g)
+            return -1;
+        l->t = g, l->cap = cap;
+    }
+    memcpy(l->t + l->n, t, n * sizeof *t);
+    l->n += n;
+    return 0;
+}
+
+/* text (plain: control-token texts stay text) added to l; -1 with bad set, or without
+ * memory. */
+static int push_text(const serve_api *a, struct toks *l, const char *text, size_t len,
+                     const char *what, char *bad, size_t cap)
+{
+    int32_t *t = malloc((len + 16) * sizeof *t);
+    size_t n = 0;
+    if (!t)
+        return -1;
+    int bad_text = mvm_engine_tokenize(a->e, text, len, 0, 0, t, len + 16, &n) != MVM_OK;
+    if (bad_text)
+        snprintf(bad, cap, "%s: %s", what, mvm_last_error());
+    int st = bad_text ? -1 : push(l, t, n);
+    free(t);
+    return st;
+}
+
+/* A required string field; NULL with bad set. */
+static const char *text_field(const cJSON *body, const char *key, int required, char *bad,
+                              size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
+    if (cJSON_IsString(v))
+        return v->valuestring;
+    if (!v && !required)
+        return "";
+    snprintf(bad, cap, "'%s' must be a string%s", key, required ? " (it is required)" : "");
+    return NULL;
+}
+
+/* The repository-level context of input_extra ([{"text", "filename"}]), as llama.cpp's
+ * server writes it: the repository's name, then each file's name and text after a file
+ * separator (a "--- snippet ---" line where the model has none), then the file being
+ * edited. */
+static int extra_context(const serve_api *a, const cJSON *body, const mvm_engine_fim *fim,
+                         struct toks *x, char *bad, size_t cap)
+{
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(body, "input_extra");
+    if (extra && !cJSON_IsNull(extra) && !cJSON_IsArray(extra)) {
+        snprintf(bad, cap, "'input_extra' must be an array of {\"filename\", \"text\"}");
+        return -1;
+    }
+    static const char snippet[] = "\n\n--- snippet ---\n\n", repo[] = "myproject\n";
+    if (fim->rep >= 0 &&
+        (push(x, &fim->rep, 1) || push_text(a, x, repo, sizeof repo - 1, "", bad, cap)))
+        return -1;
+    int i = 0;
+    for (const cJSON *c = cJSON_IsArray(extra) ? extra->child : NULL; c; c = c->next, i++) {
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(c, "text");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(c, "filename");
+        if (!cJSON_IsString(text) || (name && !cJSON_IsString(name))) {
+            snprintf(bad, cap, "'input_extra'[%d] must be {\"text\": string, \"filename\": "
+                     "string}", i);
+            return -1;
+        }
+        char file[512];
+        snprintf(file, sizeof file, "%.500s\n", name ? name->valuestring : "tmp");
+        if (fim->sep >= 0 ? push(x, &fim->sep, 1) ||
+                                push_text(a, x, file, strlen(file), "'input_extra'", bad, cap)
+                          : push_text(a, x, snippet, sizeof snippet - 1, "", bad, cap))
+            return -1;
+        if (push_text(a, x, text->valuestring, strlen(text->valuestring), "'input_extra'", bad,
+                      cap))
+            return -1;
+    }
+    static const char current[] = "filename\n";
+    return fim->sep >= 0 && (push(x, &fim->sep, 1) ||
+                             push_text(a, x, current, sizeof current - 1, "", bad, cap))
+               ? -1
+               : 0;
+}
+
+int serve_llama_infill(const serve_api *a, const cJSON *body, serve_req *r, size_t *n,
+                       char *bad, size_t cap)
+{
+    mvm_engine_fim fim;
+    mvm_engine_get_fim(a->e, &fim);
+    if (fim.pre < 0 || fim.suf < 0 || fim.mid < 0) {
+        snprintf(bad, cap, SERVE_NOT_SUPPORTED ": its vocabulary has no fill-in-the-middle "
+                 "prefix, suffix and middle tokens");
+        return -1;
+    }
+    const char *prefix = text_field(body, "input_prefix", 1, bad, cap);
+    const char *suffix = prefix ? text_field(body, "input_suffix", 1, bad, cap) : NULL;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+    struct toks pre = {0}, suf = {0}, x = {0}, out = {0};
+    int32_t *pt = NULL, bos[4];
+    size_t np = 0, nb = 0;
+    int st = !suffix || push_text(a, &pre, prefix, strlen(prefix), "'input_prefix'", bad, cap) ||
+             push_text(a, &suf, suffix, strlen(suffix), "'input_suffix'", bad, cap) ||
+             (p && !cJSON_IsNull(p) &&
+              serve_api_tokens(a, p, "'prompt'", 0, 1, &pt, &np, bad, cap)) ||
+             extra_context(a, body, &fim, &x, bad, cap);
+    if (!st) {
+        /* as llama.cpp's server: prefix and suffix fit a batch, 3:1, the prompt after the
+         * prefix; the extra context fills what the context holds beyond a batch and twice
+         * the reply */
+        const long B = a->n_batch;
+        const long keep_pre = (long)pre.n < 3 * (B / 4) ? (long)pre.n : 3 * (B / 4);
+        long keep_suf = B / 4 - (2 + (long)np);
+        keep_suf = keep_suf < 0 ? 0 : keep_suf < (long)suf.n ? keep_suf : (long)suf.n;
+        long keep_x = (long)a->n_ctx - B - 2L * r->max_tokens;
+        keep_x = keep_x < 0 ? 0 : keep_x < (long)x.n ? keep_x : (long)x.n;
+        mvm_engine_tokenize(a->e, "", 0, 1, 0, bos, 4, &nb);
+        /* the ends of the extra context and of the prefix, their beginnings of the suffix */
+        st = push(&out, keep_x ? x.t + x.n - keep_x : NULL, (size_t)keep_x) ||
+             (nb == 1 && push(&out, bos, 1)) || push(&out, &fim.pre, 1) ||
+             push(&out, keep_pre ? pre.t + pre.n - keep_pre : NULL, (size_t)keep_pre) ||
+             push(&out, pt, np) ||
+             push(&out, &fim.suf, 1) || push(&out, suf.t, (size_t)keep_suf) ||
+             push(&out, &fim.mid, 1);
+    }
+    free(pre.t), free(suf.t), free(x.t), free(pt);
+    if (st) {
+        free(out.t);
+        return -1;
+    }
+    r->prompt = out.t, *n = out.n;
+    return 0;
+}
+
 /* ---- the other routes -------------------------------------------------------------------- */
 
 /* body parsed into *root; an error object (status 400) when it is not a JSON object */

@@ -304,6 +304,15 @@ void mvm_engine_mask_eog(const mvm_engine *e, float *logits)
         logits[e->eog[i]] = -INFINITY;
 }
 
+void mvm_engine_get_fim(const mvm_engine *e, mvm_engine_fim *out)
+{
+    int32_t f[MVM_FIM_COUNT];
+    for (int i = 0; i < MVM_FIM_COUNT; i++)
+        f[i] = e->tok ? mvm_tokenizer_fim(e->tok, (enum mvm_fim)i) : -1;
+    *out = (mvm_engine_fim){f[MVM_FIM_PRE], f[MVM_FIM_SUF], f[MVM_FIM_MID],
+                            f[MVM_FIM_PAD], f[MVM_FIM_REP], f[MVM_FIM_SEP]};
+}
+
 const char *mvm_engine_token_text(const mvm_engine *e, int32_t id)
 {
     return e->tok ? mvm_tokenizer_text(e->tok, id) : NULL;

@@ -231,8 +231,12 @@ static const struct byte_style {
     int bos, eos, pad, add_bos;
     const char *eot, *eom;
 } byte_styles[] = {
+    /* Qwen's own FIM tokens too (every Qwen2.5/3 vocabulary has them; Qwen3-Coder's
+     * completions use them: llama.cpp's /infill) */
     [MVM_VOCAB_QWEN2] = {"qwen2", TOK_PRE_QWEN2,
-                         {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 0, 0, 0, 0},
+                         {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>",
+                          "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                          "<|file_sep|>"}, 0, 0, 0, 0},
     [MVM_VOCAB_OLMO] = {"olmo", TOK_PRE_GPT2,
                         {"<|endoftext|>", "<|padding|>", "<|system|>", "<|user|>",
                          "<|assistant|>"}, 0, 0, 1, 0},

@@ -211,6 +211,47 @@ static const char *const eog_texts[] = {
     "<|repo_name|>", "<fim-repo>", "<REPO>", "<|file_sep|>",
 };
 
+/* The FIM tokens: their keys (and the older names of the first three), then, where a key
+ * is missing, the spellings llama.cpp's vocabulary loader looks for. */
+static mvm_status load_fim(const mvm_gguf *g, mvm_tokenizer *t)
+{
+    static const struct {
+        const char *key, *old;
+        const char *texts[9];
+    } fim[MVM_FIM_COUNT] = {
+        [MVM_FIM_PRE] = {KEY("fim_pre_token_id"), KEY("prefix_token_id"),
+                         {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                          "<｜fim▁begin｜>", "<PRE>",
+                          "▁<PRE>", "<|code_prefix|>", "<|prefix|>"}},
+        [MVM_FIM_SUF] = {KEY("fim_suf_token_id"), KEY("suffix_token_id"),
+                         {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                          "<｜fim▁hole｜>", "<SUF>",
+                          "▁<SUF>", "<|code_suffix|>", "<|suffix|>"}},
+        [MVM_FIM_MID] = {KEY("fim_mid_token_id"), KEY("middle_token_id"),
+                         {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                          "<｜fim▁end｜>", "<MID>",
+                          "▁<MID>", "<|code_middle|>", "<|middle|>"}},
+        [MVM_FIM_PAD] = {KEY("fim_pad_token_id"), NULL,
+                         {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+        [MVM_FIM_REP] = {KEY("fim_rep_token_id"), NULL,
+                         {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                          "<reponame>"}},
+        [MVM_FIM_SEP] = {KEY("fim_sep_token_id"), NULL, {"<|file_sep|>"}},
+    };
+    mvm_status st = MVM_OK;
+    for (int f = 0; f < MVM_FIM_COUNT && st == MVM_OK; f++) {
+        t->fim[f] = -1;
+        st = get_id(g, t, fim[f].key, &t->fim[f]);
+        if (st == MVM_OK && t->fim[f] < 0 && fim[f].old)
+            st = get_id(g, t, fim[f].old, &t->fim[f]);
+        for (int i = 0; st == MVM_OK && t->fim[f] < 0 && i < 9 && fim[f].texts[i]; i++)
+            if ((t->fim[f] = tok_strtab_find(&t->text, fim[f].texts[i],
+                                             strlen(fim[f].texts[i]))) >= 0)
+                t->type[t->fim[f]] = MVM_TOKEN_CONTROL;
+    }
+    return st;
+}
+
 static mvm_status load_special(const mvm_gguf *g, mvm_tokenizer *t)
 {
     int spm = t->model == TOK_MODEL_SPM;
@@ -242,6 +283,8 @@ static mvm_status load_special(const mvm_gguf *g, mvm_tokenizer *t)
         st = get_flag(g, KEY("add_eos_token"), &t->add_eos);
     if (st == MVM_OK && spm)
         st = get_flag(g, KEY("add_space_prefix"), &t->add_space_prefix);
+    if (st == MVM_OK)
+        st = load_fim(g, t);
     if (st != MVM_OK)
         return st;
     if (t->add_bos && t->bos < 0)
@@ -423,6 +466,11 @@ const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id)
 }
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t) { return t->bos; }
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t) { return t->eos; }
+
+int32_t mvm_tokenizer_fim(const mvm_tokenizer *t, enum mvm_fim which)
+{
+    return which >= 0 && which < MVM_FIM_COUNT ? t->fim[which] : -1;
+}
 int mvm_tokenizer_adds_bos(const mvm_tokenizer *t) { return t->add_bos && t->bos >= 0; }
 
 int mvm_tokenizer_is_eog(const mvm_tokenizer *t, int32_t id)

@@ -103,6 +103,14 @@ const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id);
 /* The BOS / EOS token, -1 when there is none. */
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t);
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t);
+/* The fill-in-the-middle tokens of a code model (llama.cpp's server's /infill). */
+enum mvm_fim { MVM_FIM_PRE, MVM_FIM_SUF, MVM_FIM_MID, MVM_FIM_PAD, MVM_FIM_REP, MVM_FIM_SEP,
+               MVM_FIM_COUNT };
+/* Its id: tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id (or the older prefix_,
+ * suffix_, middle_token_id), else, as llama.cpp finds them, the token spelled as a family
+ * spells it (<|fim_prefix|> Qwen, <fim_prefix> StarCoder and Granite, <｜fim▁begin｜>
+ * DeepSeek, <PRE> CodeLlama, <|code_prefix|> GLM-4.5, ...), made CONTROL; -1: none. */
+int32_t mvm_tokenizer_fim(const mvm_tokenizer *t, enum mvm_fim which);
 /* Whether encoding with add_special puts a BOS first (add_bos_token, and a BOS exists). */
 int mvm_tokenizer_adds_bos(const mvm_tokenizer *t);
 /* Whether `id` ends generation: as llama.cpp, the EOS, EOT and EOM tokens and the tokens

@@ -196,6 +196,7 @@ struct mvm_tokenizer {
     tok_u64map merge_rank;    /* BPE: (left, right) -> rank */
     int32_t *merge_result;    /* BPE: rank -> token */
     int32_t bos, eos, unk;
+    int32_t fim[MVM_FIM_COUNT]; /* -1: none */
     int add_bos, add_eos, add_space_prefix;
     int32_t *special;         /* CONTROL and USER_DEFINED tokens with a text, longest first */
     uint32_t n_special;

@@ -107,6 +107,13 @@ int mvm_engine_is_eog(const mvm_engine *e, int32_t id);
 /* Sets the logits of every end-of-generation token to -infinity, so that a reply runs to
  * its length limit (llama.cpp's --ignore-eos). */
 void mvm_engine_mask_eog(const mvm_engine *e, float *logits);
+/* A code model's fill-in-the-middle tokens (llama.cpp's server's /infill), -1 each where
+ * the vocabulary has none: from the GGUF's tokenizer.ggml.fim_*_token_id, or the tokens
+ * spelled as the model families spell them (<|fim_prefix|>, <fim_prefix>, <PRE>, ...). */
+typedef struct mvm_engine_fim {
+    int32_t pre, suf, mid, pad, rep, sep;
+} mvm_engine_fim;
+void mvm_engine_get_fim(const mvm_engine *e, mvm_engine_fim *out);
 /* The vocabulary's spelling of id ("<|im_end|>"), NULL out of range. */
 const char *mvm_engine_token_text(const mvm_engine *e, int32_t id);
 

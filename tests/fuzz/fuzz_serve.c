@@ -4,8 +4,8 @@
  * which comes from the network, read as the server reads it, then answered as the server
  * answers it; for /completion's route, the same body also to /tokenize, /detokenize and
  * /apply-template; a prompt may list several (up to 4 here: a request each). The first
- * byte: bit 0 picks chat, else bit 1 llama.cpp's /completion,
- * else /v1/completions; bits 2-7 how many of the last bytes are the reply's text instead
+ * byte's bits 0-1 pick the route: /v1/completions, chat, llama.cpp's /completion or its
+ * /infill (a code model's prompt of prefix, suffix and extra files); bits 2-7 how many of the last bytes are the reply's text instead
  * (a model's bytes, which need not be UTF-8); the rest is the body. Promises (a broken one
  * traps, so libFuzzer reports it like a crash):
  *   - a request is read, or refused with status 400 and an error object that parses as
@@ -83,6 +83,14 @@ const char *mvm_engine_token_text(const mvm_engine *e, int32_t id)
 {
     (void)e;
     return id == 1 ? "<s>" : id >= 0 && id < N_VOCAB ? "x" : NULL;
+}
+
+/* A code model's: the three FIM tokens and a file separator (no repository token). */
+void mvm_engine_get_fim(const mvm_engine *e, mvm_engine_fim *out)
+{
+    (void)e;
+    *out = (mvm_engine_fim){.pre = 250, .suf = 251, .mid = 252, .pad = -1, .rep = -1,
+                            .sep = 253};
 }
 
 const char *mvm_engine_chat_template(const mvm_engine *e)
@@ -298,9 +306,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    const enum serve_kind kind = data[0] & 1   ? SERVE_CHAT
-                                 : data[0] & 2 ? SERVE_LLAMA
-                                               : SERVE_COMPLETION;
+    static const enum serve_kind kinds[4] = {SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA,
+                                             SERVE_INFILL};
+    const enum serve_kind asked = kinds[data[0] & 3];
+    const enum serve_kind kind = asked == SERVE_INFILL ? SERVE_LLAMA : asked;
     size_t n_text = data[0] >> 2;
     n_text = n_text < size - 1 ? n_text : size - 1;
     const char *body = (const char *)data + 1, *text = body + (size - 1 - n_text);
@@ -310,14 +319,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          .defaults = {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40,
                                       .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 7},
                          .default_max_tokens = -1, .n_ctx = 512, .n_seq = 2,
-                         .n_vocab = N_VOCAB, .model_path = "fuzz.gguf"};
+                         .n_vocab = N_VOCAB, .n_batch = 64, .model_path = "fuzz.gguf"};
     if (kind == SERVE_LLAMA)
         check_utilities(&a, body, len);
     int status = 0;
     char *error = NULL;
     enum { MAX = 4 };
     serve_req *r[MAX];
-    const uint32_t n = serve_api_requests(&a, kind, body, len, r, MAX, &status, &error);
+    const uint32_t n = serve_api_requests(&a, asked, body, len, r, MAX, &status, &error);
     require((n == 0) != (error == NULL) && n <= MAX && (n <= 1 || kind != SERVE_CHAT));
     if (!n) {
         require(status == 400 || status == 500);

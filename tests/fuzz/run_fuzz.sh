@@ -83,9 +83,9 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
     fail "building fuzz_serve failed"
-# Seeds: the first byte picks the parser (fuzz_inputs.c); for fuzz_serve, the route (bit 0:
-# chat, else bit 1: llama.cpp's /completion) and how many of the last bytes are the
-# reply's text (bits 2-7).
+# Seeds: the first byte picks the parser (fuzz_inputs.c); for fuzz_serve, the route (bits
+# 0-1: completions, chat, llama.cpp's /completion, its /infill) and how many of the last
+# bytes are the reply's text (bits 2-7).
 seed() { printf "\\$(printf %o "$1")" >"$out/inputs/seeds/$2"; cat >>"$out/inputs/seeds/$2"; }
 serve_seed() { printf "\\$(printf %o "$1")" >"$out/serve/seeds/$2"; cat >>"$out/serve/seeds/$2"; }
 for f in "$root"/bench/costs/*.json; do seed 0 "cost-$(basename "$f")" <"$f"; done
@@ -132,6 +132,8 @@ printf '%s' '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.5,
     serve_seed 0 completions
 printf '%s' '{"prompt": "x", "logprobs": 3}a\xe2\x82b' | serve_seed 16 completions-logprobs
 printf '%s' '{"prompt": ["x", [5, "y"], "z"], "logprobs": 1}ab' | serve_seed 8 completions-several
+printf '%s' '{"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": [{"filename": "a.py", "text": "x = 1"}, {"text": "y"}], "prompt": "a", "n_predict": 4}' |
+    serve_seed 3 infill
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
 printf '%s' '{"prompt": ["a"], "n": 1, "max_completion_tokens": 3}hello' | serve_seed 20 completions-reply
 printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "chat_template_kwargs": {"enable_thinking": false}}' |
