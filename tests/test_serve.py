@@ -249,7 +249,10 @@ def llama_api(s, arch):
     t.start()
     seen = None
     while not done.is_set() and seen is None:
-        busy = [x for x in json.loads(s.request("GET", "/slots")[1]) if x["is_processing"]]
+        # this reply's slot (top-k 7): the copy is of the last round, which may still show
+        # a request whose reply has just been sent
+        busy = [x for x in json.loads(s.request("GET", "/slots")[1])
+                if x["is_processing"] and x["params"]["top_k"] == 7]
         seen = busy[0] if busy else None
     t.join()
     check(seen and seen["id"] == 1 and seen["params"]["top_k"] == 7 and
