@@ -152,6 +152,14 @@ def basics(s, arch):
           events[0]["choices"][0]["delta"].get("role") == "assistant" and
           events[-1]["choices"][0]["finish_reason"] in ("stop", "length") and
           chat_text(events) == msg.get("content"), f"{arch}: streamed chat = whole chat")
+    # n replies (OpenAI's n): reply i is the one a request alone gets with the seed + i
+    ask = {"messages": MSGS, "max_tokens": 12, "temperature": 0.9, "seed": 5}
+    status, three = s.post("/v1/chat/completions", dict(ask, n=3))
+    alone = [s.post("/v1/chat/completions", dict(ask, seed=5 + i))[1]["choices"][0]["message"]
+             ["content"] for i in range(3)]
+    check(status == 200 and [c["index"] for c in three["choices"]] == [0, 1, 2] and
+          [c["message"]["content"] for c in three["choices"]] == alone,
+          f"{arch}: n 3: {str(three)[:300]} against {alone}")
     return msg.get("content", "")
 
 
@@ -397,7 +405,9 @@ def errors(s, arch):
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "temperature": "hot"}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": -5}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "stop": [""]}), 400),
-             ("POST", "/v1/completions", json.dumps({"prompt": "x", "n": 2}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "n": 65}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "n": 2, "stream": True}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": ["x", "y"], "n": 2}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "stream": "yes"}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "stream": 1}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "ignore_eos": "x"}), 400),

@@ -75,8 +75,7 @@ static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *b
                   number(body, "max_tokens", -1, 1 << 24, 1, &max, bad, cap) |
                   number(body, "max_completion_tokens", -1, 1 << 24, 1, &mct, bad, cap) |
                   number(body, "n_predict", -1, 1 << 24, 1, &np, bad, cap) |
-                  number(body, "repeat_last_n", -1, 1 << 24, 1, &last, bad, cap) |
-                  number(body, "n", 1, 1, 1, &(double){1}, bad, cap);
+                  number(body, "repeat_last_n", -1, 1 << 24, 1, &last, bad, cap);
     if (bad_any)
         return -1;
     r->sp = a->defaults;
@@ -414,11 +413,18 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
          !logprobs(root, r, bad, sizeof bad);
     const cJSON *p = root ? cJSON_GetObjectItemCaseSensitive(root, "prompt") : NULL;
     const int list = ok && kind != SERVE_CHAT && !infill && several(p);
-    const uint32_t n = list ? (uint32_t)cJSON_GetArraySize(p) : 1;
-    if (ok && list && (n > max || stream)) {
-        snprintf(bad, sizeof bad, stream ? "'prompt' lists %u prompts; a stream takes one (send "
-                 "each as a request of its own: they are batched together)"
-                 : "'prompt' lists %u prompts; at most %u a request", n, max);
+    double choices = 1; /* OpenAI's n: that many replies to the one prompt */
+    ok = ok && !number(root, "n", 1, SERVE_MAX_PROMPTS, 1, &choices, bad, sizeof bad);
+    const uint32_t n = list ? (uint32_t)cJSON_GetArraySize(p) : (uint32_t)choices;
+    if (ok && list && (n > max || stream || choices > 1)) {
+        snprintf(bad, sizeof bad, choices > 1 ? "'n' above 1 takes one prompt, not a list"
+                 : stream ? "'prompt' lists %u prompts; a stream takes one (send each as a "
+                            "request of its own: they are batched together)"
+                          : "'prompt' lists %u prompts; at most %u a request", n, max);
+        ok = 0;
+    } else if (ok && n > 1 && (n > max || stream)) {
+        snprintf(bad, sizeof bad, stream ? "'n' above 1 is not streamed: ask for one reply"
+                                         : "'n' %u: at most %u replies a request", n, max);
         ok = 0;
     }
     if (ok) {
@@ -428,8 +434,10 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     }
     uint32_t made = 0;
     const cJSON *e = list ? p->child : p;
-    for (uint32_t i = 0; ok && i < n; i++, e = list ? e->next : NULL) {
+    for (uint32_t i = 0; ok && i < n; i++, e = list ? e->next : e) {
         serve_req *q = i == 0 ? r : sibling(r);
+        if (q && !list) /* n replies to one prompt: a random stream each */
+            q->sp.seed = r->sp.seed + i;
         char field[40];
         snprintf(field, sizeof field, list ? "'prompt'[%u]" : "'prompt'", i);
         if (q)
