@@ -5,7 +5,7 @@
  * answers it; for /completion's route, the same body also to /tokenize, /detokenize and
  * /apply-template; a prompt may list several (up to 4 here: a request each). The first
  * byte's bits 0-1 pick the route: /v1/completions, chat, llama.cpp's /completion or its
- * /infill (a code model's prompt of prefix, suffix and extra files); bits 2-7 how many of the last bytes are the reply's text instead
+ * /infill (a code model's prompt of prefix, suffix and extra files); OpenAI's n too; bits 2-7 how many of the last bytes are the reply's text instead
  * (a model's bytes, which need not be UTF-8); the rest is the body. Promises (a broken one
  * traps, so libFuzzer reports it like a crash):
  *   - a request is read, or refused with status 400 and an error object that parses as
@@ -327,7 +327,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum { MAX = 4 };
     serve_req *r[MAX];
     const uint32_t n = serve_api_requests(&a, asked, body, len, r, MAX, &status, &error);
-    require((n == 0) != (error == NULL) && n <= MAX && (n <= 1 || kind != SERVE_CHAT));
+    require((n == 0) != (error == NULL) && n <= MAX);
     if (!n) {
         require(status == 400 || status == 500);
         cJSON *o = parsed(error);

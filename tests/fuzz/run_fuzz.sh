@@ -136,7 +136,7 @@ printf '%s' '{"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": [{
     serve_seed 3 infill
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
 printf '%s' '{"prompt": ["a"], "n": 1, "max_completion_tokens": 3}hello' | serve_seed 20 completions-reply
-printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "chat_template_kwargs": {"enable_thinking": false}}' |
+printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "n": 3, "chat_template_kwargs": {"enable_thinking": false}}' |
     serve_seed 1 chat
 printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3' | serve_seed 13 chat-reply
 # llama.cpp's /completion (and its body to /tokenize, /detokenize, /apply-template)
