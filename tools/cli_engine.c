@@ -193,14 +193,20 @@ mvm_status mvm_cli_eval_prompt(mvm_engine *e, uint32_t seq, const int32_t *token
     return st;
 }
 
-mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
-                           const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused)
+uint32_t mvm_cli_keep_prefix(mvm_engine *e, uint32_t seq, const int32_t *prompt, uint32_t n,
+                             const int32_t *cached, uint32_t n_cached)
 {
-    uint32_t k = mvm_cli_common_prefix(prompt, n, cached, *n_cached);
+    uint32_t k = mvm_cli_common_prefix(prompt, n, cached, n_cached);
     if (k == n) /* the last token's logits are needed: evaluate it again */
         k--;
     mvm_engine_truncate(e, seq, k);
-    k = mvm_engine_n_past(e, seq); /* fewer where a ring no longer holds the window */
+    return mvm_engine_n_past(e, seq); /* fewer where a ring no longer holds the window */
+}
+
+mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
+                           const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused)
+{
+    uint32_t k = mvm_cli_keep_prefix(e, seq, prompt, n, cached, *n_cached);
     *n_cached = *reused = k;
     uint32_t done;
     mvm_status st = mvm_cli_eval_prompt(e, seq, prompt + k, n - k, logits, 0, &done);

@@ -70,6 +70,11 @@ uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, 
  * far as *done); NULL for none. On a failure *done counts the batches before it. */
 mvm_status mvm_cli_eval_prompt(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
                                float *logits, int all_logits, uint32_t *done);
+/* Keeps in sequence seq of e, whose cache holds cached[0..n_cached), what prompt[0..n)
+ * (n >= 1) starts with, but its last token (whose logits are wanted); the positions kept:
+ * fewer where a sliding-window ring no longer holds their window (mvm_engine_truncate). */
+uint32_t mvm_cli_keep_prefix(mvm_engine *e, uint32_t seq, const int32_t *prompt, uint32_t n,
+                             const int32_t *cached, uint32_t n_cached);
 /* Evaluates prompt[0..n) (n >= 1) in sequence seq of e, whose cache holds
  * cached[0..*n_cached): only what follows their common prefix, and at least the last token
  * (its logits are wanted), by mvm_cli_eval_prompt; cached then holds the prompt. *reused:

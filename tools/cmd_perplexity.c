@@ -118,12 +118,9 @@ static int parse_args(int argc, char **argv, struct ppl *p)
  * exponentials in double over float differences from the largest. */
 static double nll_of(const float *row, uint32_t n, int32_t target)
 {
-    float max = row[0];
-    for (uint32_t i = 1; i < n; i++)
-        max = row[i] > max ? row[i] : max;
-    double sum = 0;
-    for (uint32_t i = 0; i < n; i++)
-        sum += expf(row[i] - max);
+    float max;
+    uint32_t top;
+    const double sum = mvm_kld_sum_exp(row, n, &max, &top);
     return (double)max + log(sum) - (double)row[target];
 }
 

@@ -151,18 +151,24 @@ int mvm_kld_init(mvm_kld *s, size_t n)
 
 void mvm_kld_free(mvm_kld *s) { free(s->kld), free(s->p_diff); }
 
+double mvm_kld_sum_exp(const float *logits, uint32_t n, float *max, uint32_t *top)
+{
+    *max = logits[0], *top = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (logits[i] > *max)
+            *max = logits[i], *top = i;
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += expf(logits[i] - *max);
+    return sum;
+}
+
 double mvm_kld_add(mvm_kld *s, const float *logits, uint32_t n_vocab, const uint16_t *base,
                    int32_t target)
 {
-    float max = logits[0];
-    uint32_t top = 0;
-    for (uint32_t i = 1; i < n_vocab; i++)
-        if (logits[i] > max)
-            max = logits[i], top = i;
-    double sum_exp = 0;
-    for (uint32_t i = 0; i < n_vocab; i++)
-        sum_exp += expf(logits[i] - max);
-    const float log_sum = (float)log(sum_exp);
+    float max;
+    uint32_t top;
+    const float log_sum = (float)log(mvm_kld_sum_exp(logits, n_vocab, &max, &top));
     float head[2];
     memcpy(head, base, sizeof head);
     const float scale = head[0], min_lp = head[1];

@@ -54,6 +54,9 @@ typedef struct mvm_kld {
     size_t cap;
 } mvm_kld;
 
+/* llama-perplexity's log-softmax sums of logits[0..n): the largest into *max (its first
+ * index into *top), and the sum of expf(logit - largest), in double. */
+double mvm_kld_sum_exp(const float *logits, uint32_t n, float *max, uint32_t *top);
 /* Room for n positions; 0, or -1 without memory. */
 int mvm_kld_init(mvm_kld *s, size_t n);
 void mvm_kld_free(mvm_kld *s);

@@ -104,7 +104,7 @@ typedef struct serve_slot_info {
     int busy;                 /* serving a request */
     char id[48];              /* that request's */
     uint32_t n_cached;        /* tokens in its cache (kept for the next request when idle) */
-    uint32_t n_prompt, n_gen; /* the request's prompt and tokens generated so far */
+    uint32_t n_gen;           /* the request's tokens generated so far */
     int32_t max_tokens;       /* its limit; -1: none */
     mvm_sampler_params sp;    /* its sampling */
 } serve_slot_info;

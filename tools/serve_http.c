@@ -164,11 +164,11 @@ static enum MHD_Result slots(struct serve_http *h, struct MHD_Connection *c)
     int idle = 0;
     for (uint32_t i = 0; i < h->api.n_seq; i++)
         idle += !sl[i].busy;
-    char *body = fail && strcmp(fail, "0") && !idle ? NULL : serve_llama_slots(&h->api, sl);
+    const int refuse = fail && strcmp(fail, "0") && !idle;
+    char *body = refuse ? NULL : serve_llama_slots(&h->api, sl);
     free(sl);
-    if (fail && strcmp(fail, "0") && !idle)
-        return error(c, 503, "no slot available", "unavailable_error");
-    return reply(c, MHD_HTTP_OK, "application/json", body);
+    return refuse ? error(c, 503, "no slot available", "unavailable_error")
+                  : reply(c, MHD_HTTP_OK, "application/json", body);
 }
 
 /* ---- streamed replies ---------------------------------------------------------------------- */

@@ -151,7 +151,7 @@ static void snapshot(serve *s)
                                .max_tokens = -1};
         if (sl->req) {
             memcpy(o->id, sl->req->id, sizeof o->id);
-            o->n_prompt = sl->req->n_prompt, o->n_gen = sl->req->n_gen;
+            o->n_gen = sl->req->n_gen;
             o->max_tokens = sl->req->max_tokens, o->sp = sl->req->sp;
         }
     }
@@ -245,11 +245,8 @@ static int release(struct slot *sl, const char *piece, size_t np)
 static void start(serve *s, struct slot *sl, uint32_t seq)
 {
     serve_req *r = sl->req;
-    uint32_t k = mvm_cli_common_prefix(r->prompt, r->n_prompt, sl->cached, sl->n_cached);
-    if (k == r->n_prompt || !r->cache_prompt)
-        k = r->cache_prompt ? k - 1 : 0;
-    mvm_engine_truncate(s->e, seq, k);
-    k = mvm_engine_n_past(s->e, seq); /* fewer where a ring no longer holds the window */
+    const uint32_t k = mvm_cli_keep_prefix(s->e, seq, r->prompt, r->n_prompt, sl->cached,
+                                           r->cache_prompt ? sl->n_cached : 0);
     pthread_mutex_lock(&r->mu);
     r->slot = seq, r->n_cached = k, r->t_start = r->t_prompt = mvm_now_s();
     pthread_mutex_unlock(&r->mu);
