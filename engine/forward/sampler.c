@@ -19,6 +19,8 @@ struct mvm_sampler {
     uint64_t *key, *tmp; /* candidates, and the radix sort's other half */
     double *weight;
     float *penalized;    /* the logits after the repetition penalty; NULL when it is off */
+    mvm_grammar *grammar; /* the constraint, or NULL */
+    float *masked;       /* the logits a grammar has masked; reserved with the grammar */
     uint64_t state;
 };
 
@@ -72,7 +74,18 @@ void mvm_sampler_free(mvm_sampler *s)
     free(s->tmp);
     free(s->weight);
     free(s->penalized);
+    free(s->masked);
     free(s);
+}
+
+mvm_status mvm_sampler_set_grammar(mvm_sampler *s, mvm_grammar *g)
+{
+    s->grammar = NULL;
+    if (g && !s->masked && !(s->masked = malloc((size_t)s->cap * sizeof *s->masked)))
+        return mvm_fail(MVM_ERR_NOMEM, "sampler: no memory for a grammar's row of %u",
+                        s->cap);
+    s->grammar = g;
+    return MVM_OK;
 }
 
 /* splitmix64 (Steele, Lea, Flood 2014): 64 bits of state, statistically strong enough for
@@ -195,15 +208,9 @@ int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n)
     return mvm_sampler_sample_after(s, logits, n, NULL, 0);
 }
 
-int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
-                                 const int32_t *prev, uint32_t n_prev)
+/* Steps 1 to 4 over logits[0..n) (already penalised). */
+static int32_t draw(mvm_sampler *s, const float *logits, uint32_t n)
 {
-    if (n == 0 || n > s->cap)
-        return -1;
-    if (s->penalized && n_prev) { /* the caller's logits stay as they are */
-        mvm_sampler_penalize(&s->p, logits, n, prev, n_prev, s->penalized);
-        logits = s->penalized;
-    }
     int32_t best = argmax(logits, n);
     if (s->p.temperature == 0 || best < 0 || !isfinite(logits[best]))
         return best; /* greedy; no number; +inf wins; only -inf: the lowest id */
@@ -237,6 +244,35 @@ int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
         if ((cum += s->weight[i]) > u)
             return (int32_t)id_of(key[i]);
     return (int32_t)id_of(key[m - 1]); /* u rounded up to the total */
+}
+
+/* As llama.cpp samples under a grammar: the draw stands when the grammar allows it; if
+ * not, the tokens it does not allow are masked and the draw is made again. */
+static int32_t draw_in_grammar(mvm_sampler *s, const float *logits, uint32_t n)
+{
+    int32_t t = draw(s, logits, n);
+    if (t < 0 || !mvm_grammar_allows(s->grammar, t)) {
+        memcpy(s->masked, logits, (size_t)n * sizeof *logits);
+        if (mvm_grammar_apply(s->grammar, s->masked, n) != MVM_OK)
+            return -1;
+        t = argmax(s->masked, n);
+        if (t < 0 || s->masked[t] == -INFINITY)
+            return -1; /* no token fits */
+        t = draw(s, s->masked, n);
+    }
+    return mvm_grammar_accept(s->grammar, t) == MVM_OK ? t : -1;
+}
+
+int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
+                                 const int32_t *prev, uint32_t n_prev)
+{
+    if (n == 0 || n > s->cap)
+        return -1;
+    if (s->penalized && n_prev) { /* the caller's logits stay as they are */
+        mvm_sampler_penalize(&s->p, logits, n, prev, n_prev, s->penalized);
+        logits = s->penalized;
+    }
+    return s->grammar ? draw_in_grammar(s, logits, n) : draw(s, logits, n);
 }
 
 float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t *top_id,

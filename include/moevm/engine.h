@@ -236,6 +236,43 @@ void mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint
 float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t *top_id,
                            float *top_lp);
 
+/*
+ * Grammar-constrained sampling (engine/grammar/): the tokens sampled spell a sentence of a
+ * GBNF grammar, llama.cpp's format (its grammars/README.md), or of a JSON Schema turned
+ * into one. As llama.cpp does: the sampler draws as usual, and only when the token drawn
+ * does not fit does it mask every token that does not and draw again from the same
+ * distribution; an end-of-generation token fits only where the grammar is complete; a
+ * control token never fits.
+ */
+typedef struct mvm_grammar mvm_grammar;
+
+/* Parses GBNF text (start rule `root`) for e's vocabulary. MVM_ERR_INVALID with the line
+ * and column of the fault (an undefined rule, left recursion, a bad escape...). */
+mvm_status mvm_grammar_create(const mvm_engine *e, const char *gbnf, mvm_grammar **out);
+/* NULL is a no-op. */
+void mvm_grammar_free(mvm_grammar *g);
+/* A JSON Schema (text[0..len)) as a GBNF grammar whose sentences are the JSON texts the
+ * schema validates, written as llama.cpp's json-schema-to-grammar writes it, into a
+ * malloc'd string (*gbnf). MVM_ERR_INVALID naming what is malformed or not supported. */
+mvm_status mvm_json_schema_to_grammar(const char *schema, size_t len, char **gbnf);
+
+/* Whether token id may come next (0 for ids outside the vocabulary). */
+int mvm_grammar_allows(const mvm_grammar *g, int32_t id);
+/* Sets logits[i] to -infinity for every token i < n the grammar does not allow next
+ * (MVM_ERR_NOMEM: some may be left). */
+mvm_status mvm_grammar_apply(const mvm_grammar *g, float *logits, uint32_t n);
+/* Advances the grammar past token id; MVM_ERR_INVALID (the state unchanged) when the
+ * grammar does not allow it. */
+mvm_status mvm_grammar_accept(mvm_grammar *g, int32_t id);
+/* Whether the grammar is finished: nothing but an end-of-generation token may follow, so a
+ * caller that masks those (--ignore-eos) stops here. */
+int mvm_grammar_finished(const mvm_grammar *g);
+
+/* Constrains s's draws to g (borrowed: it must outlive its use; NULL: no constraint) and
+ * advances g past each token drawn. A draw where no token fits returns -1.
+ * MVM_ERR_NOMEM when the scratch row cannot be reserved (s then unconstrained). */
+mvm_status mvm_sampler_set_grammar(mvm_sampler *s, mvm_grammar *g);
+
 #ifdef __cplusplus
 }
 #endif

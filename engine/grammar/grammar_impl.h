@@ -1,0 +1,46 @@
+/*
+ * What the GBNF parser (gbnf.c) hands the matcher (grammar.c): llama.cpp's rule encoding
+ * (llama-grammar.h), so that its matching algorithm carries over step for step. A rule is
+ * a run of elements: its alternates one after another, each a sequence of characters
+ * classes and rule references, separated by GR_ALT and closed by GR_END. A character
+ * class is a GR_CHAR (or GR_CHAR_NOT for [^...], GR_CHAR_ANY for .) followed by its other
+ * members as GR_CHAR_ALT, each optionally followed by GR_CHAR_RNG_UPPER (the upper end of
+ * a range). Repetitions and groups were rewritten by the parser into helper rules.
+ */
+#ifndef MVM_ENGINE_GRAMMAR_GRAMMAR_IMPL_H
+#define MVM_ENGINE_GRAMMAR_GRAMMAR_IMPL_H
+
+#include <stdint.h>
+
+#include "moevm/engine.h"
+
+enum gr_type {
+    GR_END,            /* end of a rule */
+    GR_ALT,            /* start of the rule's next alternate */
+    GR_RULE_REF,       /* value: the rule's id */
+    GR_CHAR,           /* value: a code point (the first member of a class) */
+    GR_CHAR_NOT,       /* the first member of a negated class */
+    GR_CHAR_RNG_UPPER, /* value: the inclusive upper end of the member before it */
+    GR_CHAR_ALT,       /* value: a further member of the class */
+    GR_CHAR_ANY,       /* any character */
+};
+
+typedef struct gr_elem {
+    uint32_t type; /* enum gr_type */
+    uint32_t value;
+} gr_elem;
+
+/* Every rule in one array: rule r's elements start at elems[start[r]]. */
+typedef struct gr_rules {
+    gr_elem *elems;
+    uint32_t n_elems;
+    uint32_t *start;
+    uint32_t n_rules;
+    uint32_t root;
+} gr_rules;
+
+/* Parses GBNF text; MVM_ERR_INVALID naming the line and column of the fault. */
+mvm_status gr_parse(const char *src, gr_rules *out);
+void gr_rules_free(gr_rules *r);
+
+#endif
