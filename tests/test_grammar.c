@@ -34,6 +34,21 @@ static int sentence(const char *gbnf, const char *text)
 
 static void test_parse_errors(void)
 {
+    /* groups nested past the limit: refused, not a stack overflow (2048 deep parses) */
+    for (int deep = 2048; deep <= 100000; deep += 97952) {
+        char *g = malloc(2 * (size_t)deep + 32), *o = g;
+        o += sprintf(o, "root ::= ");
+        memset(o, '(', (size_t)deep), o += deep;
+        o += sprintf(o, "\"a\"");
+        memset(o, ')', (size_t)deep), o += deep;
+        *o = '\0';
+        mvm_grammar *gr = NULL;
+        mvm_status st = mvm_grammar_parse(g, &gr);
+        CHECK(deep == 2048 ? st == MVM_OK && mvm_grammar_accept_text(gr, "a", 1)
+                           : st == MVM_ERR_INVALID && strstr(mvm_last_error(), "nested over"));
+        mvm_grammar_free(gr);
+        free(g);
+    }
     static const struct {
         const char *gbnf, *says;
     } cases[] = {
@@ -119,6 +134,9 @@ static void test_sentences(void)
         {"root ::= \"\\U0001F600\" # a comment\n", "\xf0\x9f\x98\x80", 1},
         {"root ::= (\"a\" | \"b\" (\"c\" | ))+\n", "abcbba", 1},
         {"root ::= \"\"", "", 1}, {"root ::= \"\"", "a", 0},
+        {"root ::= .+", "\xc3x", 0}, /* a lead byte not continued: not UTF-8 */
+        {"root ::= .+", "\xc1\xa9", 0}, {"root ::= .+", "\xe0\x80\xa9", 0}, /* overlong */
+        {"root ::= .+", "\xf4\x90\x80\x80", 0}, {"root ::= .+", "\xf4\x8f\xbf\xbf", 1},
         {"root ::= a\r\na ::= \"q\" a | \"!\"", "qqq!", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

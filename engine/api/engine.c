@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include "engine/chat/chat_template.h"
 #include "engine/forward/engine_options.h"
 #include "engine/forward/forward.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/grammar_impl.h"
 #include "engine/plan/plan.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "policy/choose.h"
@@ -45,6 +48,8 @@ struct mvm_engine {
     struct module mod[MVM_ROLE_COUNT];
     uint32_t n_ctx, n_batch;
     uint64_t tokens;
+    struct gr_vocab *grammar_vocab; /* decoded for grammars the first time one is bound */
+    pthread_mutex_t grammar_mu;
 };
 
 static const enum mvm_role roles[] = {MVM_ROLE_EVICT, MVM_ROLE_PREDICT, MVM_ROLE_ROUTE,
@@ -214,6 +219,7 @@ mvm_status mvm_engine_load(const mvm_engine_params *p, mvm_engine **out)
     mvm_engine *e = calloc(1, sizeof *e);
     if (!e)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the engine");
+    pthread_mutex_init(&e->grammar_mu, NULL);
     mvm_space_desc desc;
     mvm_status st = mvm_options_check();
     if (st == MVM_OK)
@@ -232,6 +238,7 @@ mvm_status mvm_engine_adopt(const mvm_engine_params *p, mvm_pool *pool, mvm_mode
     mvm_engine *e = calloc(1, sizeof *e);
     if (!e)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the engine");
+    pthread_mutex_init(&e->grammar_mu, NULL);
     e->pool = pool, e->model = m, e->borrowed = 1;
     size_context(e, p);
     return finish(e, p, vocab_optional, check_context(e, p), out);
@@ -243,6 +250,22 @@ mvm_ctx *mvm_engine_ctx(const mvm_engine *e) { return e->ctx; }
 
 int mvm_engine_has_vocab(const mvm_engine *e) { return e->tok != NULL; }
 
+/* The vocabulary decoded for grammars the first time one is made (under a lock: any
+ * thread may make one), kept for the engine's life. */
+mvm_status mvm_grammar_create(const mvm_engine *e, const char *gbnf, mvm_grammar **out)
+{
+    *out = NULL;
+    mvm_engine *w = (mvm_engine *)e; /* a cache filled once; what it caches never changes */
+    mvm_status st = MVM_OK;
+    pthread_mutex_lock(&w->grammar_mu);
+    if (!w->grammar_vocab)
+        st = gr_vocab_build(e, &w->grammar_vocab);
+    pthread_mutex_unlock(&w->grammar_mu);
+    if (st == MVM_OK && (st = mvm_grammar_parse(gbnf, out)) == MVM_OK)
+        gr_bind(*out, w->grammar_vocab);
+    return st;
+}
+
 void mvm_engine_free(mvm_engine *e)
 {
     if (!e)
@@ -252,6 +275,8 @@ void mvm_engine_free(mvm_engine *e)
     free(e->tmpl_error);
     free(e->eog);
     mvm_tokenizer_free(e->tok);
+    gr_vocab_free(e->grammar_vocab);
+    pthread_mutex_destroy(&e->grammar_mu);
     if (!e->borrowed) {
         mvm_model_free(e->model);
         mvm_pool_destroy(e->pool);

@@ -12,7 +12,8 @@
  * Escapes: \n \r \t \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH. A rule ends at a newline
  * outside parentheses. What llama.cpp's parser refuses is refused here, with the line and
  * column: an undefined rule, a repetition of nothing, more than 2000 repetitions (its
- * MAX_REPETITION_THRESHOLD), and left recursion (the matcher would loop). Token
+ * MAX_REPETITION_THRESHOLD), and left recursion (the matcher would loop); and, which
+ * llama.cpp's would overflow its stack on, groups nested over 2048 deep. Token
  * references (`<[id]>`, `<think>`), llama.cpp's newest addition, are refused by name.
  */
 #include <limits.h>
@@ -27,6 +28,7 @@
 #define MAX_REPETITION 2000u    /* llama.cpp's MAX_REPETITION_THRESHOLD */
 #define MAX_RULES (1u << 16)    /* beyond any real grammar; keeps checks' work bounded */
 #define MAX_ELEMS (1u << 22)
+#define MAX_NESTING 2048u       /* groups in groups: each a level of the parser's recursion */
 
 typedef struct evec {
     gr_elem *v;
@@ -41,6 +43,7 @@ typedef struct parser {
         uint32_t owner;   /* the named rule a helper was made for (errors name it) */
     } *syms;
     uint32_t current; /* the named rule being parsed */
+    uint32_t depth;   /* groups open */
     uint32_t n_syms, cap;
     evec *rules;      /* rules[id]; n == 0 while undefined */
     uint32_t n_elems; /* over every rule, bounded by MAX_ELEMS */
@@ -327,8 +330,13 @@ static const char *parse_sequence(parser *p, const char *s, evec *rule, int nest
             s = id == UINT32_MAX || !push(p, rule, GR_RULE_REF, id) ? NULL
                                                                      : skip_space(end, nested);
         } else if (*s == '(') {
+            if (p->depth == MAX_NESTING)
+                return fail(p, s, "groups nested over %u deep", MAX_NESTING);
             uint32_t before = p->n_syms, id = new_symbol(p, NULL, 0);
-            if (id == UINT32_MAX || !(s = parse_alternates(p, skip_space(s + 1, 1), id, 1)))
+            p->depth++;
+            s = id == UINT32_MAX ? NULL : parse_alternates(p, skip_space(s + 1, 1), id, 1);
+            p->depth--;
+            if (!s)
                 return NULL;
             n_prev = p->n_syms - before;
             last_start = rule->n;

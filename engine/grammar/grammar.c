@@ -6,7 +6,7 @@
  * others are tried against the next stack. So a vocabulary is filtered by one pass over
  * it per stack, and deeper passes only over tokens that got that far.
  *
- * The vocabulary is decoded once, when the grammar is bound: each token's code points (a
+ * The vocabulary is decoded once an engine (grammar_vocab.c): each token's code points (a
  * token whose bytes end inside a character keeps the partial character). Tokens that end
  * a reply are allowed only where the grammar is complete; tokens without text (control
  * tokens) and tokens holding a NUL byte never are.
@@ -20,20 +20,11 @@
 #include "engine/grammar/stacks.h"
 #include "vmm/error.h"
 
-enum { TOK_TEXT, TOK_EOG, TOK_NEVER };
-
 struct mvm_grammar {
     gr_rules rules;
     gr_stacks stacks;
-    gr_partial part; /* a character the text so far ends inside of */
-    /* the vocabulary (n_vocab 0 for a grammar made by mvm_grammar_parse) */
-    uint32_t n_vocab;
-    uint8_t *kind;
-    char *bytes;
-    uint32_t *byte_off; /* token i: bytes[byte_off[i] .. byte_off[i + 1]) */
-    uint32_t *cp;       /* token i's code points from cp[cp_off[i]], then a 0 */
-    uint32_t *cp_off;
-    gr_partial *cp_end; /* what its bytes leave undecoded */
+    gr_partial part;    /* a character the text so far ends inside of */
+    const gr_vocab *v;  /* the engine's; NULL for a grammar made by mvm_grammar_parse */
 };
 
 /* A token being matched: its code points from cp on (0: all matched). */
@@ -134,22 +125,12 @@ static int reject(const gr_rules *r, const gr_stacks *stacks, const cand *in, ui
     return rc;
 }
 
-static void grammar_reset_vocab(mvm_grammar *g)
-{
-    free(g->kind), free(g->bytes), free(g->byte_off);
-    free(g->cp), free(g->cp_off), free(g->cp_end);
-    g->kind = NULL, g->bytes = NULL, g->byte_off = NULL;
-    g->cp = NULL, g->cp_off = NULL, g->cp_end = NULL;
-    g->n_vocab = 0;
-}
-
 void mvm_grammar_free(mvm_grammar *g)
 {
     if (!g)
         return;
     gr_rules_free(&g->rules);
     gr_stacks_free(&g->stacks);
-    grammar_reset_vocab(g);
     free(g);
 }
 
@@ -235,79 +216,37 @@ int mvm_grammar_accept_text(mvm_grammar *g, const char *text, size_t len)
     return rc == 1;
 }
 
-/* Decodes the vocabulary's tokens (their text as mvm_engine_token_piece gives it). */
-static mvm_status bind_vocab(mvm_grammar *g, const mvm_engine *e)
+void gr_bind(mvm_grammar *g, const gr_vocab *v)
 {
-    const uint32_t n = mvm_engine_n_vocab(e);
-    size_t total = 0, cap = 1 << 16;
-    g->kind = malloc(n ? n : 1);
-    g->byte_off = malloc(((size_t)n + 1) * sizeof *g->byte_off);
-    g->cp_off = malloc(((size_t)n + 1) * sizeof *g->cp_off);
-    g->cp_end = malloc((n ? n : 1) * sizeof *g->cp_end);
-    g->bytes = malloc(cap);
-    if (!g->kind || !g->byte_off || !g->cp_off || !g->cp_end || !g->bytes)
-        return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory for a vocabulary of %u", n);
-    for (uint32_t id = 0; id < n; id++) {
-        size_t len = mvm_engine_token_piece(e, id, NULL, 0);
-        if (total + len > cap || total + len > UINT32_MAX / 2) {
-            while (cap < total + len)
-                cap *= 2;
-            char *b = total + len <= UINT32_MAX / 2 ? realloc(g->bytes, cap) : NULL;
-            if (!b)
-                return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory for the vocabulary");
-            g->bytes = b;
-        }
-        mvm_engine_token_piece(e, id, g->bytes + total, len);
-        g->byte_off[id] = (uint32_t)total;
-        g->kind[id] = mvm_engine_is_eog(e, id) ? TOK_EOG
-                    : len == 0 || memchr(g->bytes + total, 0, len) ? TOK_NEVER : TOK_TEXT;
-        total += len;
-    }
-    g->byte_off[n] = (uint32_t)total;
-    /* at most one code point a byte, and a 0 a token */
-    if (!(g->cp = malloc((total + n + 1) * sizeof *g->cp)))
-        return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory for the vocabulary's characters");
-    uint32_t at = 0;
-    for (uint32_t id = 0; id < n; id++) {
-        g->cp_off[id] = at;
-        at += gr_decode(g->bytes + g->byte_off[id], g->byte_off[id + 1] - g->byte_off[id],
-                        (gr_partial){0, 0}, g->cp + at, &g->cp_end[id]) + 1;
-    }
-    g->n_vocab = n;
-    return MVM_OK;
+    g->v = v;
 }
 
-mvm_status mvm_grammar_create(const mvm_engine *e, const char *gbnf, mvm_grammar **out)
+/* Token id's length in bytes. */
+static uint32_t piece_len(const gr_vocab *v, uint32_t id)
 {
-    mvm_status st = mvm_grammar_parse(gbnf, out);
-    if (st != MVM_OK)
-        return st;
-    if ((st = bind_vocab(*out, e)) != MVM_OK) {
-        mvm_grammar_free(*out);
-        *out = NULL;
-    }
-    return st;
+    return v->byte_off[id + 1] - v->byte_off[id];
 }
 
 /* Token id as a candidate: its code points decoded after the pending partial character
  * (into buf, room for its bytes + 1) when there is one, else the precomputed ones. */
 static cand candidate(const mvm_grammar *g, uint32_t id, uint32_t *buf)
 {
+    const gr_vocab *v = g->v;
     if (g->part.n_remain == 0)
-        return (cand){id, g->cp + g->cp_off[id], g->cp_end[id]};
-    cand c = {id, buf, {0, 0}};
-    gr_decode(g->bytes + g->byte_off[id], g->byte_off[id + 1] - g->byte_off[id], g->part,
-              buf, &c.end);
+        return (cand){id, v->cp + v->cp_off[id], v->cp_end[id]};
+    cand c = {id, buf, {0, 0, 0}};
+    gr_decode(v->bytes + v->byte_off[id], piece_len(v, id), g->part, buf, &c.end);
     return c;
 }
 
 int mvm_grammar_allows(const mvm_grammar *g, int32_t id)
 {
-    if (id < 0 || (uint32_t)id >= g->n_vocab || g->kind[id] == TOK_NEVER)
+    const gr_vocab *v = g->v;
+    if (!v || id < 0 || (uint32_t)id >= v->n || v->kind[id] == TOK_NEVER)
         return 0;
-    if (g->kind[id] == TOK_EOG)
+    if (v->kind[id] == TOK_EOG)
         return mvm_grammar_complete(g);
-    uint32_t *buf = malloc((g->byte_off[id + 1] - g->byte_off[id] + 1) * sizeof *buf);
+    uint32_t *buf = malloc((piece_len(v, (uint32_t)id) + 1) * sizeof *buf);
     if (!buf)
         return 0;
     cand c = candidate(g, (uint32_t)id, buf);
@@ -320,22 +259,24 @@ int mvm_grammar_allows(const mvm_grammar *g, int32_t id)
 
 mvm_status mvm_grammar_apply(const mvm_grammar *g, float *logits, uint32_t n)
 {
+    const gr_vocab *v = g->v;
+    if (!v)
+        return mvm_fail(MVM_ERR_INVALID, "grammar: not bound to a vocabulary");
     const int eog_ok = mvm_grammar_complete(g);
     cands in = {0}, rej = {0};
     uint32_t *buf = NULL, at = 0;
-    if (g->part.n_remain && !(buf = malloc((g->byte_off[g->n_vocab] + g->n_vocab + 1) *
-                                           sizeof *buf)))
+    if (g->part.n_remain && !(buf = malloc((v->byte_off[v->n] + v->n + 1) * sizeof *buf)))
         return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory to decode the vocabulary");
     int rc = 0;
     for (uint32_t id = 0; id < n && !rc; id++) {
         if (!(logits[id] > -INFINITY)) /* masked already, or NaN: never drawn */
             continue;
-        const int kind = id < g->n_vocab ? g->kind[id] : TOK_NEVER;
+        const int kind = id < v->n ? v->kind[id] : TOK_NEVER;
         if (kind == TOK_NEVER || (kind == TOK_EOG && !eog_ok))
             logits[id] = -INFINITY;
         else if (kind == TOK_TEXT)
             rc = cand_push(&in, candidate(g, id, buf ? buf + at : NULL)),
-            at += buf ? g->byte_off[id + 1] - g->byte_off[id] + 1 : 0;
+            at += buf ? piece_len(v, id) + 1 : 0;
     }
     if (!rc)
         rc = reject(&g->rules, &g->stacks, in.v, in.n, &rej);
@@ -351,10 +292,9 @@ mvm_status mvm_grammar_accept(mvm_grammar *g, int32_t id)
 {
     if (!mvm_grammar_allows(g, id))
         return mvm_fail(MVM_ERR_INVALID, "grammar: token %d cannot come next", id);
-    if (g->kind[id] == TOK_EOG)
+    if (g->v->kind[id] == TOK_EOG)
         return MVM_OK; /* the sentence is complete; the state stays */
-    const uint32_t len = g->byte_off[id + 1] - g->byte_off[id];
-    uint32_t *buf = malloc((len + 1) * sizeof *buf);
+    uint32_t *buf = malloc((piece_len(g->v, (uint32_t)id) + 1) * sizeof *buf);
     if (!buf)
         return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory");
     cand c = candidate(g, (uint32_t)id, buf);

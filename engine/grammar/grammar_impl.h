@@ -14,6 +14,15 @@
 
 #include "moevm/engine.h"
 
+/* A partly decoded UTF-8 character: its bits so far, the bytes it still needs (0: none
+ * pending; -1: the bytes were not UTF-8), and the least code point its length may encode
+ * (a smaller one is an overlong encoding, which is not UTF-8). */
+typedef struct gr_partial {
+    uint32_t value;
+    int n_remain;
+    uint32_t min;
+} gr_partial;
+
 enum gr_type {
     GR_END,            /* end of a rule */
     GR_ALT,            /* start of the rule's next alternate */
@@ -38,6 +47,25 @@ typedef struct gr_rules {
     uint32_t n_rules;
     uint32_t root;
 } gr_rules;
+
+/* A vocabulary decoded for matching (grammar.c): each token's bytes, code points and kind
+ * (text, end of generation, or never allowed). Built once an engine, the first time a
+ * grammar is bound to it (mvm_engine_grammar_vocab), and shared by its grammars. */
+enum { TOK_TEXT, TOK_EOG, TOK_NEVER };
+typedef struct gr_vocab {
+    uint32_t n;
+    uint8_t *kind;      /* TOK_* */
+    char *bytes;
+    uint32_t *byte_off; /* token i: bytes[byte_off[i] .. byte_off[i + 1]) */
+    uint32_t *cp;       /* token i's code points from cp[cp_off[i]], then a 0 */
+    uint32_t *cp_off;
+    gr_partial *cp_end; /* what its bytes leave undecoded */
+} gr_vocab;
+/* grammar_vocab.c */
+mvm_status gr_vocab_build(const mvm_engine *e, gr_vocab **out);
+void gr_vocab_free(gr_vocab *v);
+/* Binds grammar g (grammar.c) to vocabulary v. */
+void gr_bind(mvm_grammar *g, const gr_vocab *v);
 
 /* Parses GBNF text; MVM_ERR_INVALID naming the line and column of the fault. */
 mvm_status gr_parse(const char *src, gr_rules *out);

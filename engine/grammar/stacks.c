@@ -41,7 +41,7 @@ static int push_stack(gr_stacks *s, const uint32_t *st, uint32_t len, uint64_t h
             return -1;
         s->at = at, s->cap = cap;
     }
-    if (s->n_pool + len > s->cap_pool) {
+    if (s->n_pool + len > s->cap_pool || !s->pool) { /* a pool even for empty stacks */
         size_t cap = s->cap_pool ? 2 * s->cap_pool : 64;
         while (cap < s->n_pool + len)
             cap *= 2;
@@ -177,14 +177,16 @@ int gr_match_char(const gr_elem *pos, uint32_t chr, const gr_elem **after)
 int gr_match_partial(const gr_elem *pos, gr_partial p)
 {
     const int positive = pos->type == GR_CHAR || pos->type == GR_CHAR_ANY;
-    /* not UTF-8, or an ASCII character split over 2 bytes (overlong) */
-    if (p.n_remain < 0 || (p.n_remain == 1 && p.value < 2))
+    if (p.n_remain < 0)
         return 0;
-    /* the code points the sequence could still become */
+    /* the code points the sequence could still become: none below what its length encodes
+     * (llama.cpp's special cases, and more: E0 80 cannot become U+0800) nor above U+10FFFF */
     uint32_t low = p.value << (p.n_remain * 6);
     uint32_t high = low | ((1u << (p.n_remain * 6)) - 1);
-    if (low == 0)
-        low = p.n_remain == 2 ? 1u << 11 : p.n_remain == 3 ? 1u << 16 : low;
+    low = low < p.min ? p.min : low;
+    high = high > 0x10FFFF ? 0x10FFFF : high;
+    if (low > high)
+        return 0;
     do {
         if (pos->type == GR_CHAR_ANY)
             return 1;
@@ -205,32 +207,45 @@ uint32_t gr_decode(const char *bytes, size_t len, gr_partial start, uint32_t *ou
                    gr_partial *end)
 {
     static const int len_of[16] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4};
+    static const uint32_t min_of[4] = {0, 0x80, 0x800, 0x10000};
     const uint8_t *s = (const uint8_t *)bytes, *stop = s + len;
-    uint32_t n = 0, value = start.value;
+    uint32_t n = 0, value = start.value, min = start.min;
     int remain = start.n_remain;
+    /* Stricter than llama.cpp, which takes any byte as a continuation and overlong forms
+     * as characters: a text cut into pieces elsewhere would then read otherwise (the
+     * fuzzer found both), and an overlong quote is no quote to a JSON parser. */
     for (; s < stop && *s && remain > 0; s++, remain--) {
         if (*s >> 6 != 2)
             goto invalid;
         value = (value << 6) + (*s & 0x3F);
     }
-    if (start.n_remain > 0 && remain == 0)
+    if (start.n_remain > 0 && remain == 0) {
+        if (value < min || value > 0x10FFFF)
+            goto invalid;
         out[n++] = value;
+    }
     while (s < stop && *s) {
         remain = len_of[*s >> 4] - 1;
         if (remain < 0)
             goto invalid;
+        min = min_of[remain];
         value = *s++ & ((1u << (7 - remain)) - 1);
-        for (; s < stop && *s && remain > 0; s++, remain--)
+        for (; s < stop && *s && remain > 0; s++, remain--) {
+            if (*s >> 6 != 2)
+                goto invalid;
             value = (value << 6) + (*s & 0x3F);
+        }
+        if (remain == 0 && (value < min || value > 0x10FFFF))
+            goto invalid;
         if (remain == 0)
             out[n++] = value;
     }
     out[n] = 0;
-    *end = (gr_partial){value, remain};
+    *end = (gr_partial){value, remain, min};
     return n;
 invalid:
     out[0] = 0;
-    *end = (gr_partial){0, -1};
+    *end = (gr_partial){0, -1, 0};
     return 0;
 }
 

@@ -25,13 +25,6 @@ typedef struct gr_stacks {
     uint32_t n, cap;
 } gr_stacks;
 
-/* A partly decoded UTF-8 character: its bits so far and the bytes it still needs (0: none
- * pending; -1: the bytes were not UTF-8). */
-typedef struct gr_partial {
-    uint32_t value;
-    int n_remain;
-} gr_partial;
-
 static inline const uint32_t *gr_stack_data(const gr_stacks *s, uint32_t i)
 {
     return s->pool + s->at[i].off;
@@ -55,7 +48,8 @@ int gr_match_partial(const gr_elem *pos, gr_partial p);
 
 /* Decodes bytes[0..len) after the partial character start into out (at most len + 1 code
  * points, then a 0), llama.cpp's decode_utf8: *end is what is left undecoded; a sequence
- * that is not UTF-8 gives no code points and n_remain -1. A NUL ends the decoding, as the
+ * that is not UTF-8 gives no code points and n_remain -1 (a lead byte followed by one that
+ * does not continue it, and an overlong form, too, which llama.cpp reads as characters). A NUL ends the decoding, as the
  * C string it is in llama.cpp. Returns the number of code points. */
 uint32_t gr_decode(const char *bytes, size_t len, gr_partial start, uint32_t *out,
                    gr_partial *end);

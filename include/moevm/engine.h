@@ -246,8 +246,10 @@ float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t 
  */
 typedef struct mvm_grammar mvm_grammar;
 
-/* Parses GBNF text (start rule `root`) for e's vocabulary. MVM_ERR_INVALID with the line
- * and column of the fault (an undefined rule, left recursion, a bad escape...). */
+/* Parses GBNF text (start rule `root`) for e's vocabulary, which it reads: free it before
+ * e. MVM_ERR_INVALID with the line and column of the fault (an undefined rule, left
+ * recursion, a bad escape...). The first grammar of an engine decodes its vocabulary (tens
+ * of milliseconds for 150k tokens), kept for the next; any thread may make one. */
 mvm_status mvm_grammar_create(const mvm_engine *e, const char *gbnf, mvm_grammar **out);
 /* NULL is a no-op. */
 void mvm_grammar_free(mvm_grammar *g);
