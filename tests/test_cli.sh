@@ -170,6 +170,32 @@ expect 0 "'[\\]t'.*'[\\]xFF'" -- sh -c "'$moevm' tokenize -m '$tmp/ds3.gguf' -f 
 expect 2 'needs -m MODEL and one of -p TEXT or -f FILE' -- "$moevm" tokenize -m "$tmp/ds3.gguf"
 expect 1 'nonexistent.gguf: cannot open' -- "$moevm" tokenize -m "$tmp/nonexistent.gguf" -p x
 expect 1 'nonexistent.txt: cannot open' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -f "$tmp/nonexistent.txt"
+# grammars (llama.cpp's --grammar, --grammar-file, -j, -jf): run's text drawn at temperature
+# 1 is a sentence of the grammar all the same, a JSON Schema's is JSON it validates, chat's
+# replies each a sentence; a grammar or schema that does not parse, a file missing, or two
+# of them, refused with one line before the model loads.
+yes_no='root ::= ("yes" | "no") ", " [a-z]{2,8} "."'
+for seed in 1 2 3; do
+    "$moevm" run -m "$m" -p "Q:" -n 40 --temp 1 --top-k 0 -s $seed --grammar "$yes_no" >"$tmp/g.out" 2>/dev/null
+    check "run --grammar (seed $seed): a sentence of it" "head -1 '$tmp/g.out' | grep -Eqx 'Q:(yes|no), [a-z]{2,8}\.'" "$tmp/g.out"
+done
+printf '%s\n' "$yes_no" >"$tmp/yes_no.gbnf"
+"$moevm" run -m "$m" -p "Q:" -n 40 --temp 1 --grammar-file "$tmp/yes_no.gbnf" >"$tmp/g.out" 2>/dev/null
+check 'run --grammar-file' "head -1 '$tmp/g.out' | grep -Eqx 'Q:(yes|no), [a-z]{2,8}\.'" "$tmp/g.out"
+schema='{"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["n","ok"]}'
+"$moevm" run -m "$m" -p "J:" -n 200 --temp 1 -s 4 -j "$schema" -o json >"$tmp/g.json" 2>/dev/null
+check_py 'run -j: JSON that the schema validates' "$tmp/g.json" '
+import json, sys
+o = json.loads(json.load(sys.stdin)["text"])
+assert set(o) == {"n", "ok"} and type(o["n"]) is int and type(o["ok"]) is bool, o'
+printf 'Hi\nAgain\n' | "$moevm" chat -m "$m" --temp 1 --grammar 'root ::= "ok" [!?]' >"$tmp/g.out" 2>/dev/null
+check 'chat --grammar: each reply a sentence' "[ \"\$(grep -c '^ok[!?]\$' '$tmp/g.out')\" = 2 ]" "$tmp/g.out"
+expect 2 "^moevm run: --grammar: grammar: line 1, column 10: undefined rule 'foo'$" -- "$moevm" run -m "$m" -p x --grammar 'root ::= foo'
+expect 2 '^moevm run: --grammar: grammar: line 2, column 1: expecting a rule name$' -- "$moevm" run -m "$tmp/nonexistent.gguf" -p x --grammar "$(printf 'root ::= "a"\n=')"
+expect 2 'moevm run: .*nonexistent.gbnf' -- "$moevm" run -m "$m" -p x --grammar-file "$tmp/nonexistent.gbnf"
+expect 2 '^moevm run: --grammar and -j: give one grammar or one JSON schema$' -- "$moevm" run -m "$m" -p x --grammar 'root ::= "a"' -j '{}'
+expect 2 '^moevm chat: -j: json_schema: ' -- "$moevm" chat -m "$m" -j '{"type": '
+expect 2 '^moevm chat: -jf: json_schema: ' -- sh -c "echo '{\"type\": \"frobnicate\"}' >'$tmp/bad.json' && '$moevm' chat -m '$m' -jf '$tmp/bad.json'"
 # perplexity (llama-perplexity's; tests/ref/check_perplexity.py checks its numbers): the
 # running value a chunk and the estimate; the same whether the chunks go several a pass or
 # one in passes; a text too short for two chunks, no text, a bad -c or a sampling flag

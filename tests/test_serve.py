@@ -14,7 +14,8 @@ API (/completion whole and streamed, its prompt shapes, stop types, slots and ca
 /tokenize, /detokenize, /apply-template, /props, /slots, /infill) against the OpenAI
 routes' answers and llama.cpp's layouts; API
 keys and CORS; the
-log-probabilities of all three APIs against a softmax of `moevm run --logits-out`'s logits.
+log-probabilities of all three APIs against a softmax of `moevm run --logits-out`'s logits;
+grammars and JSON Schemas in each API's fields, and --grammar as the default.
 
     test_serve.py MOEVM WORKDIR [ARCH ...]
 Prints "N passed, M failed" last; exit 1 on a failure.
@@ -427,7 +428,16 @@ def errors(s, arch):
              ("POST", "/completion", json.dumps({"prompt": [1, 1 << 30]}), 400),
              ("POST", "/completion", json.dumps({"prompt": [1, None]}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "grammar": "root ::= x"}), 400),
-             ("POST", "/completion", json.dumps({"prompt": "x", "json_schema": {}}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "grammar": 5}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "json_schema": "{}"}), 400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "json_schema": {"type": 5}}),
+              400),
+             ("POST", "/completion", json.dumps({"prompt": "x", "json_schema": {},
+                                                 "grammar": "root ::= \"a\""}), 400),
+             ("POST", "/v1/chat/completions", json.dumps({
+                 "messages": MSGS, "response_format": {"type": "xml"}}), 400),
+             ("POST", "/v1/chat/completions", json.dumps({
+                 "messages": MSGS, "response_format": "json"}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 21}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 2,
                                                  "post_sampling_probs": True}), 400),
@@ -460,6 +470,88 @@ def errors(s, arch):
             ok = False
         check(status == want and ok, f"{arch}: {method} {path} {str(raw)[:40]!r}: "
                                      f"{status} {text[:200]}")
+
+
+YES_NO = r'root ::= ("yes" | "no") ", " [a-z]{2,8} "."'
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"},
+                                           "tag": {"enum": ["red", "blue"]}},
+          "required": ["n", "ok", "tag"]}
+
+
+def valid(text):
+    """Whether text is a JSON object that SCHEMA validates (an independent check)."""
+    try:
+        o = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(o, dict) and set(o) == {"n", "ok", "tag"} and type(o["n"]) is int and
+            type(o["ok"]) is bool and o["tag"] in ("red", "blue"))
+
+
+def grammars(s, arch):
+    """Constrained replies in every API's words: llama.cpp's `grammar` and `json_schema`,
+    OpenAI's `response_format`; drawn at temperature 1 (so the grammar, not the model, makes
+    them right), whole, streamed, and several to a request (each a sentence of its own)."""
+    drawn = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0}
+    for seed in range(3):
+        status, body = s.post("/completion", dict(drawn, prompt="Q:", grammar=YES_NO,
+                                                  seed=seed, n_predict=64))
+        check(status == 200 and re.fullmatch(r"(yes|no), [a-z]{2,8}\.", body["content"]) and
+              body["stop_type"] == "eos", f"{arch}: /completion grammar: {status} {body}")
+    status, events = s.stream("/completion", dict(drawn, prompt="Q:", grammar=YES_NO,
+                                                  seed=7, stream=True))[:2]
+    text = "".join(e["content"] for e in events)
+    check(status == 200 and re.fullmatch(r"(yes|no), [a-z]{2,8}\.", text),
+          f"{arch}: streamed /completion grammar: {text!r}")
+    status, body = s.post("/completion", dict(drawn, prompt="Q:", json_schema=SCHEMA, seed=1,
+                                              n_predict=200))
+    check(status == 200 and valid(body["content"]), f"{arch}: json_schema: {status} {body}")
+    schema_rf = {"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}
+    status, body = s.post("/v1/chat/completions", dict(drawn, messages=MSGS, seed=2, n=3,
+                                                       max_tokens=200,
+                                                       response_format=schema_rf))
+    texts = [c["message"]["content"] for c in body.get("choices", [])]
+    check(status == 200 and len(texts) == 3 and all(valid(t) for t in texts),
+          f"{arch}: response_format json_schema, n 3: {status} {texts}")
+    status, body = s.post("/v1/chat/completions", dict(drawn, messages=MSGS, seed=3,
+                                                       max_tokens=300, response_format={
+                                                           "type": "json_object"}))
+    reply = body["choices"][0]["message"]["content"] if status == 200 else ""
+    try:
+        obj = json.loads(reply)
+    except ValueError:
+        obj = None
+    check(isinstance(obj, dict) or body["choices"][0]["finish_reason"] == "length",
+          f"{arch}: response_format json_object: {status} {reply!r}")
+    status, body = s.post("/v1/completions", dict(drawn, prompt=["a", "b"], seed=4,
+                                                  max_tokens=200, json_schema=SCHEMA))
+    check(status == 200 and all(valid(c["text"]) for c in body["choices"]),
+          f"{arch}: two prompts, json_schema: {status} {body}")
+    # a finished grammar with the end masked: the reply stops there, not at the limit
+    status, body = s.post("/completion", dict(drawn, prompt="Q:", grammar='root ::= "ab"',
+                                              ignore_eos=True, n_predict=20))
+    check(status == 200 and body["content"] == "ab", f"{arch}: ignore_eos grammar: {body}")
+    status, body = s.post("/completion", {"prompt": "x", "grammar": "root ::= foo"})
+    check(status == 400 and "undefined rule 'foo'" in body["error"]["message"],
+          f"{arch}: a bad grammar is named: {body}")
+
+
+def default_grammar(moevm, model, arch):
+    """`serve --grammar`: requests without a constraint of their own take it; one with its
+    own takes that. A grammar that does not parse stops the server before it loads."""
+    s = Server(moevm, model, "-t", "2", "--grammar", 'root ::= "[" [0-9]{1,3} "]"')
+    try:
+        status, body = s.post("/completion", {"prompt": "x", "n_predict": 10, "seed": 1})
+        check(status == 200 and re.fullmatch(r"\[[0-9]{1,3}\]", body["content"]),
+              f"{arch}: --grammar as the default: {body}")
+        status, body = s.post("/completion", {"prompt": "x", "grammar": 'root ::= "ok"'})
+        check(status == 200 and body["content"] == "ok", f"{arch}: a request's own: {body}")
+    finally:
+        s.stop()
+    p = subprocess.run([moevm, "serve", "-m", model, "--port", "0", "--grammar", "root ::= ("],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and p.stderr.count("\n") == 1 and "--grammar: grammar: line 1" in
+          p.stderr, f"{arch}: serve --grammar bad: rc {p.returncode} {p.stderr!r}")
 
 
 def concurrent(s, arch):
@@ -764,6 +856,7 @@ def main():
             infill(s, arch)
             logprobs(s, moevm, model, arch, work)
             errors(s, arch)
+            grammars(s, arch)
             framing(s, arch)
             concurrent(s, arch)
             disconnect(s, arch)
@@ -781,6 +874,7 @@ def main():
             cpu_moe(moevm, model, arch)
             device(moevm, model, arch)
             template_file(moevm, model, arch, work)
+            default_grammar(moevm, model, arch)
             access(moevm, model, arch, work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -69,14 +69,18 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     case MVM_CLI_E_ASSIGN: return mvm_cli_module(c, f, v, &p->assign);
     case MVM_CLI_E_COST: p->cost = v; return 0;
     case MVM_CLI_E_TEMPLATE: e->template_file = v; return 0;
-    default: return sampling_option(it, e);
+    default: {
+        int r = sampling_option(it, e);
+        return r >= 0 ? r : mvm_cli_grammar_option(c, it->id, f, v, &e->grammar);
+    }
     }
 }
 
-int mvm_cli_engine_check(const char *cmd, const mvm_cli_engine *e)
+int mvm_cli_engine_check(const char *cmd, mvm_cli_engine *e)
 {
     if (mvm_cli_need_model(cmd, e->p.model) ||
-        mvm_cli_budget_or_cpu_moe(cmd, e->p.gpu_budget != NULL, e->p.cpu_moe))
+        mvm_cli_budget_or_cpu_moe(cmd, e->p.gpu_budget != NULL, e->p.cpu_moe) ||
+        mvm_cli_grammar_load(cmd, &e->grammar))
         return 2;
     return -1;
 }
@@ -113,6 +117,7 @@ void mvm_cli_engine_usage(FILE *f)
             "  -s, --seed N    the sampler's random stream (default 42)\n"
             "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n"
             "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n");
+    mvm_cli_grammar_usage(f);
 }
 
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)

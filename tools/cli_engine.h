@@ -10,6 +10,7 @@
 #include "engine/forward/sampler.h"
 #include "moevm/engine.h"
 #include "tools/cli.h"
+#include "tools/cli_grammar.h"
 
 enum {
     MVM_CLI_E_MODEL = 1000, MVM_CLI_E_THREADS, MVM_CLI_E_CTX, MVM_CLI_E_BATCH,
@@ -36,7 +37,7 @@ enum {
     {"top-p", 0, 1, MVM_CLI_E_TOPP}, {"min-p", 0, 1, MVM_CLI_E_MINP},                           \
     {"seed", 's', 1, MVM_CLI_E_SEED}, {"repeat-penalty", 0, 1, MVM_CLI_E_REPEAT},              \
     {"repeat-last-n", 0, 1, MVM_CLI_E_REPEAT_N}, {"ignore-eos", 0, 0, MVM_CLI_E_IGNORE_EOS},  \
-    {"chat-template-file", 0, 1, MVM_CLI_E_TEMPLATE}
+    {"chat-template-file", 0, 1, MVM_CLI_E_TEMPLATE}, MVM_CLI_GRAMMAR_OPTS
 
 typedef struct mvm_cli_engine {
     mvm_engine_params p;
@@ -44,6 +45,7 @@ typedef struct mvm_cli_engine {
     int32_t n_predict; /* tokens a reply may take; -1: until it ends or the context is full */
     int ignore_eos;    /* end-of-generation tokens are never sampled */
     const char *template_file; /* a Jinja chat template in place of the model's, or NULL */
+    mvm_cli_grammar grammar;   /* --grammar, --json-schema: every reply's constraint */
 } mvm_cli_engine;
 
 /* The defaults: llama.cpp's sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
@@ -51,9 +53,9 @@ typedef struct mvm_cli_engine {
 void mvm_cli_engine_init(mvm_cli_engine *e);
 /* it->id one of the rows: applied, 0; 2 after a one-line error; -1 when it is not one. */
 int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e);
-/* After the last option: -1 to go on; 2 after a one-line error (no -m, or both
- * --gpu-budget and --n-cpu-moe). */
-int mvm_cli_engine_check(const char *cmd, const mvm_cli_engine *e);
+/* After the last option: -1 to go on; 2 after a one-line error (no -m, both --gpu-budget
+ * and --n-cpu-moe, or a grammar that cannot be read or parsed). */
+int mvm_cli_engine_check(const char *cmd, mvm_cli_engine *e);
 /* The rows' help lines. */
 void mvm_cli_engine_usage(FILE *f);
 /* Loads e->p's model with a progress line, and says on stderr what was loaded; with

@@ -169,6 +169,11 @@ static int reply(struct chat *c, char **reply)
     char *text = malloc(cap), piece[256];
     if (!text)
         return 1;
+    mvm_grammar *grammar = NULL; /* each reply a sentence of its own */
+    if (mvm_cli_grammar_attach("chat", &c->o.grammar, c->e, c->sampler, &grammar)) {
+        free(text);
+        return 1;
+    }
     double t0 = mvm_now_s();
     int rc = 0;
     for (int32_t made = 0; !mvm_cli_interrupted && (c->o.n_predict < 0 || made < c->o.n_predict);
@@ -200,6 +205,8 @@ static int reply(struct chat *c, char **reply)
         c->generated++;
     }
     c->t_reply += mvm_now_s() - t0;
+    mvm_sampler_set_grammar(c->sampler, NULL);
+    mvm_grammar_free(grammar);
     text[len] = '\0';
     printf(mvm_cli_interrupted ? " [stopped]\n" : "\n");
     fflush(stdout);
@@ -340,6 +347,7 @@ int mvm_cmd_chat(int argc, char **argv)
     }
     mvm_sampler_free(c.sampler);
     mvm_engine_free(c.e);
+    mvm_cli_grammar_free(&c.o.grammar);
     cJSON_Delete(c.messages);
     free(c.cached), free(c.prompt), free(c.logits);
     return rc;

@@ -52,6 +52,7 @@ struct session {
     mvm_engine *e;       /* over model and pool (the leader's) */
     mvm_trace_out *trace;
     mvm_sampler *sampler;
+    mvm_grammar *grammar; /* --grammar's, constraining sampler; NULL without one */
     mvm_logits_out lf;
     mvm_sim_inputs inputs; /* --predictor's bytes, --hot-profile's counts */
     int32_t *prompt; /* then the tokens generated after it */
@@ -381,6 +382,8 @@ static int prepare_generation(struct session *s)
                              .repeat_last_n = a->repeat_last_n};
     if (mvm_sampler_create(&sp, in.n_vocab, &s->sampler) != MVM_OK)
         return mvm_cli_error("run", "sampler");
+    if (mvm_cli_grammar_attach("run", &a->grammar, s->e, s->sampler, &s->grammar))
+        return 1;
     size_t rows = a->logits_out ? s->n_prompt : 1;
     int32_t *tokens = realloc(s->prompt, ((size_t)s->n_prompt + a->n_predict) * sizeof *tokens);
     if (tokens)
@@ -465,6 +468,13 @@ static int generate(struct session *s)
             mvm_engine_mask_eog(s->e, s->logits);
         int32_t next = mvm_sampler_sample_after(s->sampler, s->logits, n_vocab, s->prompt,
                                                 s->n_prompt + s->generated);
+        if (next < 0 && s->grammar && mvm_grammar_finished(s->grammar))
+            break; /* with --ignore-eos: the grammar's sentence is whole */
+        if (next < 0) {
+            fprintf(stderr, "moevm run: no token can be sampled: %s\n", s->grammar
+                    ? "none that the grammar allows has a probability" : "every logit is NaN");
+            return 1;
+        }
         if (mvm_engine_is_eog(s->e, next))
             break;
         emit_piece(s, next);
@@ -515,6 +525,8 @@ int mvm_cmd_run(int argc, char **argv)
     if (mvm_logits_close(&s.lf, s.a.logits_out) && !rc)
         rc = 1;
     mvm_sampler_free(s.sampler);
+    mvm_grammar_free(s.grammar);
+    mvm_cli_grammar_free(&s.a.grammar);
     mvm_engine_free(s.e); /* before the model and the pool it uses */
     mvm_model_free(s.model);
     mvm_pool_destroy(s.pool);

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "tools/cli_grammar.h"
+
 struct run_args {
     const char *model, *prompt, *file, *tokens, *trace_out, *logits_out, *budget;
     /* the modules, "name" or "name{k=v,...}"; NULL: their MOEVM_* options */
@@ -21,6 +23,7 @@ struct run_args {
     int trace_hidden, cpu_moe_given, dist_flag;
     int json;       /* -o json: the report as one JSON object on stdout, not the text */
     int ignore_eos; /* end-of-generation tokens are never sampled */
+    mvm_cli_grammar grammar; /* --grammar, --json-schema */
 };
 
 /* Parses and checks the options (reading -f's file). -1: go on; else the exit code, after

@@ -23,6 +23,7 @@ static void usage(FILE *f)
             "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "                 [--ignore-eos] [-o text|json]\n"
+            "                 [--grammar GBNF | --grammar-file F | -j SCHEMA | -jf F]\n"
             "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
             "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS] [--homes N]\n"
             "  -m, --model   the GGUF model (or its first split part)\n"
@@ -31,7 +32,8 @@ static void usage(FILE *f)
             "                newline (as llama.cpp's -f)\n"
             "  --tokens      the prompt as token ids (a model without a vocabulary prints ids)\n"
             "  -n, --n-predict  tokens to generate (default 64); stops early at end-of-text\n"
-            "  --ignore-eos  never sample an end-of-generation token: always -n tokens\n"
+            "  --ignore-eos  never sample an end-of-generation token: always -n tokens (or\n"
+            "                until a grammar is finished)\n"
             "  -t, --threads threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --top-k, --top-p, --min-p  the sampling filters (0, 1 and 0 are off; min-p\n"
@@ -79,7 +81,9 @@ static void usage(FILE *f)
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
-            "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n"
+            "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
+    mvm_cli_grammar_usage(f);
+    fprintf(f,
             "  -o, --output-format  text (default): the text as it is generated, and a\n"
             "                statistics line on stderr (the modules the run used); json: one\n"
             "                JSON object on stdout at the end instead: the prompt and text,\n"
@@ -128,12 +132,16 @@ static const mvm_cli_opt run_opts[] = {
     {"place", 0, 1, O_PLACE},           {"server-mem", 0, 1, O_SERVER_MEM},
     {"period", 0, 1, O_PERIOD},         {"homes", 0, 1, O_HOMES},
     {"output-format", 'o', 1, O_OUTPUT},
-    {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE}, {0}};
+    {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE},
+    MVM_CLI_GRAMMAR_OPTS, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
 static int parse_option(struct run_args *a, int id, const char *f, char *v)
 {
     a->dist_flag |= id == O_PLACE || id == O_SERVER_MEM || id == O_PERIOD || id == O_HOMES;
+    int g = mvm_cli_grammar_option("run", id, f, v, &a->grammar);
+    if (g >= 0)
+        return g;
     switch (id) {
     case O_MODEL: a->model = v; return 0;
     case O_PROMPT: a->prompt = v; return 0;
@@ -221,6 +229,8 @@ static int check_args(struct run_args *a)
         fprintf(stderr, "moevm run: --trace-hidden needs --trace-out FILE.jsonl\n");
         return 2;
     }
+    if (mvm_cli_grammar_load("run", &a->grammar))
+        return 2;
     return a->file && read_prompt(a) ? 1 : -1;
 }
 

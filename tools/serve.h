@@ -52,6 +52,7 @@ typedef struct serve_req {
     uint32_t top_logprobs;    /* and that of its most probable alternatives */
     int32_t id_slot;          /* the slot it must have; -1: any */
     mvm_sampler_params sp;
+    mvm_grammar *grammar;     /* the replies' constraint (its own), or NULL */
     char *stop[SERVE_MAX_STOP];
     uint32_t n_stop;
     char id[48];

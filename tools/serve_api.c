@@ -333,8 +333,6 @@ cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap)
 static int unsupported(const cJSON *body, char *bad, size_t cap)
 {
     static const struct { const char *field, *why; } refused[] = {
-        {"grammar", "constrained sampling is not supported by moevm serve"},
-        {"json_schema", "constrained sampling is not supported by moevm serve"},
         {"post_sampling_probs", "moevm serve reports the model's probabilities, before "
                                 "sampling (leave it false)"},
         {"echo", "the prompt's log-probabilities are not supported by moevm serve"},
@@ -401,6 +399,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     *error = NULL;
     const int infill = kind == SERVE_INFILL; /* then a /completion of that prompt */
     kind = infill ? SERVE_LLAMA : kind;
+    char *gbnf = NULL;
     cJSON *root = serve_api_parse(body, len, bad, sizeof bad);
     serve_req *r = root ? serve_req_new() : NULL;
     int ok = r != NULL, stream = 0, ignore_eos = a->default_ignore_eos;
@@ -410,7 +409,8 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     ok = ok && !serve_api_flag(root, "stream", &stream, bad, sizeof bad) &&
          !serve_api_flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
     ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
-         !logprobs(root, r, bad, sizeof bad);
+         !logprobs(root, r, bad, sizeof bad) &&
+         !serve_grammar_text(a, root, &gbnf, bad, sizeof bad);
     const cJSON *p = root ? cJSON_GetObjectItemCaseSensitive(root, "prompt") : NULL;
     const int list = ok && kind != SERVE_CHAT && !infill && several(p);
     double choices = 1; /* OpenAI's n: that many replies to the one prompt */
@@ -442,7 +442,8 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
         snprintf(field, sizeof field, list ? "'prompt'[%u]" : "'prompt'", i);
         if (q)
             out[made++] = q;
-        ok = q && !prompt(a, root, e, field, infill, q, bad, sizeof bad);
+        ok = q && !prompt(a, root, e, field, infill, q, bad, sizeof bad) &&
+             !serve_grammar_bind(a, gbnf, q, bad, sizeof bad);
         if (ok)
             snprintf(q->id, sizeof q->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
                      atomic_fetch_add(&counter, 1));
@@ -462,6 +463,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
         made = 0;
     }
     cJSON_Delete(root);
+    free(gbnf);
     return made;
 }
 

@@ -25,6 +25,7 @@ typedef struct serve_api {
     const char *model_path;      /* what /props says */
     const char *const *api_keys; /* a request must give one of them (but for /health) */
     uint32_t n_api_keys;         /* 0: no key is asked for */
+    const char *default_grammar; /* --grammar's or --json-schema's GBNF; NULL: none */
 } serve_api;
 
 /* A request of the given kind read from body[0..len), tokenized; NULL with the HTTP
@@ -54,6 +55,15 @@ char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap
  * of memory. */
 int serve_api_tokens(const serve_api *a, const cJSON *p, const char *field, int add_special,
                      int parse_special, int32_t **out, size_t *n, char *bad, size_t cap);
+
+/* The GBNF a request's body asks for (serve_grammar.c: `grammar`, `json_schema`,
+ * `response_format`; else a->default_grammar) into *gbnf (malloc'd; NULL for none); -1
+ * with a message in bad. */
+int serve_grammar_text(const serve_api *a, const cJSON *body, char **gbnf, char *bad,
+                       size_t cap);
+/* r->grammar made from gbnf (NULL: none) for a's model; -1 with a message in bad. */
+int serve_grammar_bind(const serve_api *a, const char *gbnf, serve_req *r, char *bad,
+                       size_t cap);
 
 /* {"error": {"message", "type", "param", "code"}} (malloc'd); type "invalid_request_error",
  * "not_found_error", "server_error", ... */

@@ -4,8 +4,8 @@
  * OpenAI's routes. /completion's responses and stream events, and /tokenize, /detokenize,
  * /apply-template, /props and /slots, with the fields and defaults of the llama.cpp server the
  * project vendors, its server README, so a client cannot tell the two apart on
- * what both do. What moevm serve does not do (grammars, probabilities after sampling,
- * several prompts a request) is refused with a 400 naming it, by the request reader.
+ * what both do. What moevm serve does not do (probabilities after sampling, the prompt's
+ * log-probabilities) is refused with a 400 naming it, by the request reader.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -36,6 +36,7 @@ void serve_req_release(serve_req *r)
     for (uint32_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->prompt), free(r->text), free(r->error), free(r->gen), free(r->probs);
+    mvm_grammar_free(r->grammar);
     free(r);
 }
 

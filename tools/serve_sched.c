@@ -280,9 +280,12 @@ static int32_t next_token(serve *s, struct slot *sl)
         mvm_engine_mask_eog(s->e, logits);
     int32_t next = mvm_sampler_sample_after(sl->sampler, logits, s->info.n_vocab, sl->cached,
                                             sl->n_cached);
+    if (next < 0 && r->grammar && mvm_grammar_finished(r->grammar))
+        return finish(s, sl, "stop", NULL), -1; /* ignore_eos: the grammar's sentence whole */
     if (next < 0 || mvm_engine_is_eog(s->e, next))
-        return finish(s, sl, "stop", next < 0 ? "no token could be sampled (NaN logits)" : NULL),
-               -1;
+        return finish(s, sl, "stop", next >= 0 ? NULL : r->grammar
+                      ? "no token that the grammar allows could be sampled"
+                      : "no token could be sampled (NaN logits)"), -1;
     row[0] = (serve_logprob){next, logits[next] - lse};
     for (uint32_t j = 0; r->logprobs && j < r->top_logprobs; j++)
         row[1 + j] = (serve_logprob){top_id[j], top_lp[j]};
@@ -424,7 +427,8 @@ static uint32_t admit(serve *s)
         sl->req = r;
         sl->started = 0;
         sl->n_pending = 0;
-        if (mvm_sampler_create(&r->sp, s->info.n_vocab, &sl->sampler) != MVM_OK) {
+        if (mvm_sampler_create(&r->sp, s->info.n_vocab, &sl->sampler) != MVM_OK ||
+            mvm_sampler_set_grammar(sl->sampler, r->grammar) != MVM_OK) {
             pthread_mutex_unlock(&s->mu);
             finish(s, sl, NULL, mvm_last_error());
             pthread_mutex_lock(&s->mu);

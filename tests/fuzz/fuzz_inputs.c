@@ -21,7 +21,12 @@
  *   7  a file of a base model's log-probabilities (`moevm perplexity --kl-divergence-base`,
  *      tools/kl_divergence.c, llama.cpp's format): what opens holds the tokens it says,
  *      allocated only once they are there; its rows are read to the end or refused with a
- *      message, and each is compared with logits, whatever its floats hold.
+ *      message, and each is compared with logits, whatever its floats hold;
+ *   8  a GBNF grammar (engine/grammar/), then after a 0xFF byte a text: what parses matches
+ *      the text whole or in pieces alike (a step refused leaves the state as it was), and
+ *      what fails says why;
+ *   9  a JSON Schema (engine/grammar/json_schema.c): what converts is a grammar that
+ *      parses; what fails says why.
  * A broken promise traps, so libFuzzer reports it like a crash.
  */
 #include <math.h>
@@ -33,6 +38,7 @@
 #include <unistd.h>
 
 #include "engine/chat/jinja.h"
+#include "engine/grammar/grammar.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 #include "policy/cost.h"
 #include "policy/predictor_mlp.h"
@@ -301,6 +307,46 @@ static void kld_base(const uint8_t *data, size_t size)
     mvm_kld_close(&k, 1);
 }
 
+static void gbnf_text(const uint8_t *data, size_t size)
+{
+    const uint8_t *cut = memchr(data, 0xFF, size);
+    const size_t n = cut ? (size_t)(cut - data) : size;
+    char *src = text_of(data, n);
+    const char *text = cut ? (const char *)cut + 1 : "";
+    const size_t len = cut ? size - n - 1 : 0;
+    mvm_grammar *whole = NULL, *steps = NULL;
+    if (mvm_grammar_parse(src, &whole) != MVM_OK) {
+        require(whole == NULL && mvm_last_error()[0] != '\0');
+        free(src);
+        return;
+    }
+    require(mvm_grammar_parse(src, &steps) == MVM_OK);
+    const int ok = mvm_grammar_accept_text(whole, text, len);
+    /* byte by byte: each byte the whole text's prefix allows is taken, and a refused
+     * one leaves the state to take a later one (the whole text needs every byte) */
+    int all = 1;
+    for (size_t i = 0; i < len && len <= 4096; i++)
+        all &= mvm_grammar_accept_text(steps, text + i, 1);
+    if (len <= 4096)
+        require(ok == all && (!ok || mvm_grammar_complete(whole) == mvm_grammar_complete(steps)));
+    mvm_grammar_free(whole);
+    mvm_grammar_free(steps);
+    free(src);
+}
+
+static void json_schema(const uint8_t *data, size_t size)
+{
+    char *gbnf = (char *)1;
+    if (mvm_json_schema_to_grammar((const char *)data, size, &gbnf) != MVM_OK) {
+        require(mvm_last_error()[0] != '\0');
+        return;
+    }
+    mvm_grammar *g = NULL;
+    require(gbnf != NULL && mvm_grammar_parse(gbnf, &g) == MVM_OK);
+    mvm_grammar_free(g);
+    free(gbnf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -308,7 +354,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     static void (*const targets[])(const uint8_t *, size_t) = {
         cost_file, trace_file, predictor_file, params_text, option_values, pretok_text,
-        chat_template, kld_base};
+        chat_template, kld_base, gbnf_text, json_schema};
     targets[data[0] % (sizeof targets / sizeof *targets)](data + 1, size - 1);
     return 0;
 }

@@ -15,7 +15,9 @@
  *   - the whole response and every stream chunk of the reply parse as JSON, their text is
  *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut;
  *   - /tokenize, /detokenize and /apply-template answer a JSON object: their result with
- *     200, or an error object with a one-line message and 400.
+ *     200, or an error object with a one-line message and 400;
+ *   - a request read that names a grammar, a JSON Schema or a response_format with one has
+ *     a grammar of its own (tools/serve_grammar.c).
  * The engine is a double here (mvm_engine_tokenize: a token a byte; mvm_engine_chat_format:
  * "role: content" lines, refusing what a template could not render): the tokenizers and
  * the chat templates have their own targets (fuzz_inputs.c), this one is the JSON around
@@ -28,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/grammar_impl.h"
 #include "tools/cli.h"
 #include "tools/serve_api.h"
 #include "vmm/error.h"
@@ -77,6 +81,29 @@ size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t
     if (cap)
         buf[0] = (char)(id - 2);
     return 1;
+}
+
+uint32_t mvm_engine_n_vocab(const mvm_engine *e)
+{
+    (void)e;
+    return N_VOCAB;
+}
+
+int mvm_engine_is_eog(const mvm_engine *e, int32_t id)
+{
+    (void)e;
+    return id == 0; /* token 0: the end of a reply */
+}
+
+/* Grammars (tools/serve_grammar.c) over this vocabulary, decoded once as the engine does. */
+mvm_status mvm_grammar_create(const mvm_engine *e, const char *gbnf, mvm_grammar **out)
+{
+    static gr_vocab *v;
+    mvm_status st = v ? MVM_OK : gr_vocab_build(e, &v);
+    *out = NULL;
+    if (st == MVM_OK && (st = mvm_grammar_parse(gbnf, out)) == MVM_OK)
+        gr_bind(*out, v);
+    return st;
 }
 
 const char *mvm_engine_token_text(const mvm_engine *e, int32_t id)
@@ -188,6 +215,21 @@ static void check_request(const serve_api *a, const serve_req *r, enum serve_kin
     require(r->n_stop <= SERVE_MAX_STOP);
     for (uint32_t i = 0; i < r->n_stop; i++)
         require(r->stop[i] && r->stop[i][0] && strlen(r->stop[i]) <= 256);
+}
+
+/* Whether a body asks for a constraint: a grammar, a JSON Schema, or a response_format
+ * other than text. */
+static int asks_grammar(const char *body, size_t len)
+{
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "grammar");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(o, "json_schema");
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    int asks = (cJSON_IsString(g) && g->valuestring[0]) || (js && !cJSON_IsNull(js)) ||
+               (cJSON_IsString(type) && strcmp(type->valuestring, "text") != 0);
+    cJSON_Delete(o);
+    return asks;
 }
 
 /* The ids of a /completion answer: `tokens` an array of n ids (where the request streams
@@ -338,8 +380,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(error);
         return 0;
     }
+    const int constrained = asks_grammar(body, len);
     for (uint32_t i = 0; i < n; i++) {
         check_request(&a, r[i], kind);
+        require((r[i]->grammar != NULL) == constrained && (!i || !r[i]->grammar ||
+                                                           r[i]->grammar != r[0]->grammar));
         check_answers(&a, r[i], text, n_text);
     }
     /* several prompts' response: a choice (or an object) each, by index */

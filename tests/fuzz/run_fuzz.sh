@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader, and the
 # interposer's scan of the same bytes against it),
 # fuzz_inputs (cost files, routing traces, predictor files, module parameters, option
-# values, pre-tokenizer texts, chat templates) and fuzz_serve (`moevm serve`'s request
+# values, pre-tokenizer texts, chat templates, grammars, JSON Schemas) and fuzz_serve (`moevm serve`'s request
 # bodies and its answers) — writes their seed corpora, and fuzzes each for a third of
 # <seconds>. Exit 0 and
 # "1 passed, 0 failed" when nothing crashed; exit 1 and "0 passed, 1 failed" on a crash,
@@ -72,14 +72,16 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
     "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/tools/kl_divergence.c" \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
-    "$root/engine/tokenizer/tok_unicode.c" "$root"/engine/chat/jinja*.c $cjson -lm -lpthread \
+    "$root/engine/tokenizer/tok_unicode.c" "$root"/engine/chat/jinja*.c \
+    "$root/engine/grammar/gbnf.c" "$root/engine/grammar/stacks.c" "$root/engine/grammar/grammar.c" \
+    "$root"/engine/grammar/json_schema*.c $cjson -lm -lpthread \
     -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
 # shellcheck disable=SC2086
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_serve.c" \
     "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
-    "$root/tools/serve_req.c" \
-    "$root/tools/cli_utf8.c" \
+    "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" \
+    "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
     fail "building fuzz_serve failed"
@@ -119,6 +121,13 @@ sys.stdout.buffer.write(b"_logits_" + struct.pack("<3i", 3, 5, 2) +
     struct.pack("<6i", 1, 2, 3, 4, 0, 1) + row + row)' | seed 7 kld-base ||
     fail "writing the KLD base seed failed"
 
+# Grammars (llama.cpp's examples' constructs) with a text after 0xFF; JSON Schemas.
+printf 'root ::= obj\nobj ::= "{" ws (str ":" ws val ("," ws str ":" ws val)*)? "}"\nval ::= obj | str | [0-9]{1,3} | ("true" | "false")\nstr ::= "\\"" [^"\\\\\\x00-\\x1f]* "\\""\nws ::= [ \\t\\n]{0,4} # spaces\n\377{"a": {"b": true}, "c": 12}' |
+    seed 8 grammar-json
+printf 'root ::= ("\\u00e9" | [^a-c] | .)+ "\\U0001F600"?\n\377\xc3\xa9x\xf0\x9f\x98' | seed 8 grammar-utf8
+printf '%s' '{"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}, "s": {"type": "string", "maxLength": 4}, "e": {"enum": ["a", 1, null]}, "l": {"type": "array", "items": {"$ref": "#/$defs/x"}, "minItems": 1}}, "required": ["n"], "$defs": {"x": {"anyOf": [{"type": "boolean"}, {"type": "number"}]}}}' |
+    seed 9 schema
+
 # Chat templates (the presets', engine/synth/templates), and a few constructs on their own.
 for f in "$root"/engine/synth/templates/*.jinja; do seed 6 "chat-$(basename "$f")" <"$f"; done
 printf '%s' "{% macro m(a, b=1) %}{{ a ~ b }}{% endmacro %}{% for x in messages|selectattr('role', 'eq', 'user') if x.content %}{{ m(x.content|upper, loop.index) }}{% else %}{{ raise_exception('none') }}{% endfor %}{{ tools|tojson(indent=2) }}" |
@@ -136,6 +145,8 @@ printf '%s' '{"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": [{
     serve_seed 3 infill
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
 printf '%s' '{"prompt": ["a"], "n": 1, "max_completion_tokens": 3}hello' | serve_seed 20 completions-reply
+printf '%s' '{"prompt": "x", "grammar": "root ::= [a-z]+ \"!\"", "n_predict": 4}' | serve_seed 2 completion-grammar
+printf '%s' '{"messages": [{"role": "user", "content": "x"}], "n": 2, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}}' | serve_seed 1 chat-json-schema
 printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "n": 3, "chat_template_kwargs": {"enable_thinking": false}}' |
     serve_seed 1 chat
 printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3' | serve_seed 13 chat-reply
