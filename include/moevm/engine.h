@@ -214,8 +214,9 @@ mvm_status mvm_sampler_create(const mvm_sampler_params *p, uint32_t n_vocab,
 void mvm_sampler_free(mvm_sampler *s);
 
 /* The token picked from logits[0..n); -1 when n is 0 or over the n_vocab reserved, or no
- * logit is a number. Allocates nothing; the logits are left as they are. No previous
- * tokens: no repetition penalty. */
+ * logit is a number (under a grammar: no token that fits). Allocates nothing but a
+ * grammar's scratch; the logits are left as they are. No previous tokens: no repetition
+ * penalty. */
 int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n);
 /* The same after the tokens prev[0..n_prev), oldest first (the prompt's and those
  * generated): the last repeat_last_n of them are penalised; ids outside [0, n) are
