@@ -34,13 +34,15 @@ int mvm_cli_grammar_load(const char *cmd, mvm_cli_grammar *g)
         return 2;
     const char *src = file ? text : g->value;
     mvm_status st = MVM_OK;
-    if (g->id == MVM_CLI_G_SCHEMA || g->id == MVM_CLI_G_SCHEMA_FILE)
+    const int schema = g->id == MVM_CLI_G_SCHEMA || g->id == MVM_CLI_G_SCHEMA_FILE;
+    if (schema)
         st = mvm_json_schema_to_grammar(src, len, &g->gbnf);
     else if (!(g->gbnf = strdup(src)))
         st = mvm_fail(MVM_ERR_NOMEM, "no memory");
     free(text);
     mvm_grammar *check = NULL;
-    if (st == MVM_OK) /* parsed now: a bad grammar fails before the model loads */
+    if (st == MVM_OK && !schema) /* parsed now: a bad grammar fails before the model loads
+                                  * (a schema's the converter has parsed) */
         st = mvm_grammar_parse(g->gbnf, &check);
     mvm_grammar_free(check);
     if (st != MVM_OK) {

@@ -242,9 +242,9 @@ static cand candidate(const mvm_grammar *g, uint32_t id, uint32_t *buf)
 int mvm_grammar_allows(const mvm_grammar *g, int32_t id)
 {
     const gr_vocab *v = g->v;
-    if (!v || id < 0 || (uint32_t)id >= v->n || v->kind[id] == TOK_NEVER)
+    if (!v || id < 0 || (uint32_t)id >= v->n || v->kind[id] == GR_TOK_NEVER)
         return 0;
-    if (v->kind[id] == TOK_EOG)
+    if (v->kind[id] == GR_TOK_EOG)
         return mvm_grammar_complete(g);
     uint32_t *buf = malloc((piece_len(v, (uint32_t)id) + 1) * sizeof *buf);
     if (!buf)
@@ -271,10 +271,10 @@ mvm_status mvm_grammar_apply(const mvm_grammar *g, float *logits, uint32_t n)
     for (uint32_t id = 0; id < n && !rc; id++) {
         if (!(logits[id] > -INFINITY)) /* masked already, or NaN: never drawn */
             continue;
-        const int kind = id < v->n ? v->kind[id] : TOK_NEVER;
-        if (kind == TOK_NEVER || (kind == TOK_EOG && !eog_ok))
+        const int kind = id < v->n ? v->kind[id] : GR_TOK_NEVER;
+        if (kind == GR_TOK_NEVER || (kind == GR_TOK_EOG && !eog_ok))
             logits[id] = -INFINITY;
-        else if (kind == TOK_TEXT)
+        else if (kind == GR_TOK_TEXT)
             rc = cand_push(&in, candidate(g, id, buf ? buf + at : NULL)),
             at += buf ? piece_len(v, id) + 1 : 0;
     }
@@ -290,11 +290,14 @@ mvm_status mvm_grammar_apply(const mvm_grammar *g, float *logits, uint32_t n)
 
 mvm_status mvm_grammar_accept(mvm_grammar *g, int32_t id)
 {
-    if (!mvm_grammar_allows(g, id))
-        return mvm_fail(MVM_ERR_INVALID, "grammar: token %d cannot come next", id);
-    if (g->v->kind[id] == TOK_EOG)
+    const gr_vocab *v = g->v;
+    const int kind = v && id >= 0 && (uint32_t)id < v->n ? v->kind[id] : GR_TOK_NEVER;
+    if (kind == GR_TOK_EOG && mvm_grammar_complete(g))
         return MVM_OK; /* the sentence is complete; the state stays */
-    uint32_t *buf = malloc((piece_len(g->v, (uint32_t)id) + 1) * sizeof *buf);
+    if (kind != GR_TOK_TEXT)
+        return mvm_fail(MVM_ERR_INVALID, "grammar: token %d cannot come next", id);
+    /* advance_text checks what mvm_grammar_allows would, on the way: no second pass */
+    uint32_t *buf = malloc((piece_len(v, (uint32_t)id) + 1) * sizeof *buf);
     if (!buf)
         return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory");
     cand c = candidate(g, (uint32_t)id, buf);

@@ -51,10 +51,10 @@ typedef struct gr_rules {
 /* A vocabulary decoded for matching (grammar.c): each token's bytes, code points and kind
  * (text, end of generation, or never allowed). Built once an engine, the first time a
  * grammar is bound to it (mvm_engine_grammar_vocab), and shared by its grammars. */
-enum { TOK_TEXT, TOK_EOG, TOK_NEVER };
+enum { GR_TOK_TEXT, GR_TOK_EOG, GR_TOK_NEVER };
 typedef struct gr_vocab {
     uint32_t n;
-    uint8_t *kind;      /* TOK_* */
+    uint8_t *kind;      /* GR_TOK_* */
     char *bytes;
     uint32_t *byte_off; /* token i: bytes[byte_off[i] .. byte_off[i + 1]) */
     uint32_t *cp;       /* token i's code points from cp[cp_off[i]], then a 0 */

@@ -39,8 +39,8 @@ static mvm_status vocab_bytes(const mvm_engine *e, gr_vocab *v)
         }
         mvm_engine_token_piece(e, (int32_t)id, v->bytes + total, len);
         v->byte_off[id] = (uint32_t)total;
-        v->kind[id] = mvm_engine_is_eog(e, (int32_t)id)                  ? TOK_EOG
-                    : len == 0 || memchr(v->bytes + total, 0, len) ? TOK_NEVER : TOK_TEXT;
+        v->kind[id] = mvm_engine_is_eog(e, (int32_t)id)                  ? GR_TOK_EOG
+                    : len == 0 || memchr(v->bytes + total, 0, len) ? GR_TOK_NEVER : GR_TOK_TEXT;
         total += len;
     }
     v->byte_off[v->n] = (uint32_t)total;
