@@ -116,6 +116,9 @@ class Server:
         return rc, "".join(self.log)
 
 
+HARMONY_MARKUP = r"<\|(channel|message|start|end|constrain)\|>"
+
+
 def chat_text(events):
     return "".join(e["choices"][0]["delta"].get("content", "") for e in events)
 
@@ -217,9 +220,14 @@ def llama_api(s, arch):
     check(status == status2 == 200 and mixed["tokens_evaluated"] == len(head) + len(tail) and
           mixed["content"] == split["content"], f"{arch}: a mixed prompt {mixed} {split}")
     status, tmpl = s.post("/apply-template", {"messages": MSGS})
-    status, chat = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    status, chat = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS,
+                                                       reasoning_format="none"))
     status, done_chat = s.post("/completion", dict(ask, prompt=tmpl.get("prompt", "")))
-    check(done_chat.get("content") == chat["choices"][0]["message"]["content"],
+    # the chat's reply keeps its syntax's control tokens (the reader needs them); the
+    # completion's text drops them
+    raw = re.sub(HARMONY_MARKUP if arch == "gpt-oss" else "^$", "",
+                 chat["choices"][0]["message"]["content"])
+    check(done_chat.get("content") == raw,
           f"{arch}: /apply-template then /completion = chat: {done_chat} {chat}")
     stop = text[1:3]
     if len(stop) == 2 and stop.isascii() and stop.isprintable():
@@ -534,6 +542,131 @@ def grammars(s, arch):
     status, body = s.post("/completion", {"prompt": "x", "grammar": "root ::= foo"})
     check(status == 400 and "undefined rule 'foo'" in body["error"]["message"],
           f"{arch}: a bad grammar is named: {body}")
+
+
+TOOLS = [{"type": "function", "function": {
+              "name": "get_weather", "description": "The weather in a city.",
+              "parameters": {"type": "object", "additionalProperties": False,
+                             "properties": {"city": {"type": "string", "maxLength": 10},
+                                            "days": {"type": "integer", "minimum": 1,
+                                                     "maximum": 7}},
+                             "required": ["city", "days"]}}},
+         {"type": "function", "function": {
+              "name": "search", "parameters": {
+                  "type": "object", "additionalProperties": False,
+                  "properties": {"q": {"type": "string", "maxLength": 12}},
+                  "required": ["q"]}}}]
+# the presets whose templates write tool calls, and the one whose calls a grammar can force
+TOOL_TEMPLATES = {"qwen3moe", "glm4moe", "minimax-m2", "deepseek2", "gpt-oss"}
+FORCIBLE = {"qwen3moe"}
+# the presets whose generation prompt opens a reasoning block
+THINKING = {"deepseek2", "minimax-m2"}
+
+
+def call_ok(body, c, i, names=("get_weather", "search")):
+    """A call as OpenAI gives it, its arguments valid for its tool's schema."""
+    try:
+        args = json.loads(c["function"]["arguments"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    name = c["function"]["name"]
+    ok = (c["type"] == "function" and c["id"] == f"call_{body['id']}_{i}" and name in names and
+          isinstance(args, dict))
+    if ok and name == "get_weather":
+        ok = (set(args) == {"city", "days"} and isinstance(args["city"], str) and
+              len(args["city"]) <= 10 and type(args["days"]) is int and 1 <= args["days"] <= 7)
+    elif ok:
+        ok = set(args) == {"q"} and isinstance(args["q"], str) and len(args["q"]) <= 12
+    return ok
+
+
+def streamed_calls(events):
+    """The calls of a chat stream's deltas, each whole in one (its index in it)."""
+    calls = []
+    for e in events:
+        for c in e["choices"][0]["delta"].get("tool_calls", []):
+            check(c["index"] == len(calls), f"stream: call index {c} after {len(calls)}")
+            calls.append({k: v for k, v in c.items() if k != "index"})
+    return calls
+
+
+def tools(s, arch):
+    """OpenAI's tools: described to the model by its template, earlier calls in the history,
+    calls forced by `tool_choice` (at temperature 1: the grammar makes them valid), whole and
+    streamed; the reasoning of a model whose prompt opens it, apart from the content."""
+    status, body = s.post("/apply-template", {"messages": MSGS, "tools": TOOLS})
+    check(status == 200 and ("get_weather" in body["prompt"]) == (arch in TOOL_TEMPLATES),
+          f"{arch}: the template describes the tools: {status} {body}")
+    history = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": "{\"city\": \"Oslo\", \"days\": 2}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    if arch in TOOL_TEMPLATES:
+        status, body = s.post("/apply-template", {"messages": history, "tools": TOOLS})
+        check(status == 200 and "Oslo" in body["prompt"] and "sunny" in body["prompt"],
+              f"{arch}: a call and its result in the history: {status} {body}")
+    drawn = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0, "max_tokens": 300}
+    ask = dict(drawn, messages=MSGS, tools=TOOLS, tool_choice="required")
+    status, body = s.post("/v1/chat/completions", dict(ask, seed=1))
+    if arch not in FORCIBLE:
+        check(status == 400 and "cannot be forced" in body["error"]["message"],
+              f"{arch}: a call that cannot be forced is refused: {status} {body}")
+    else:
+        for seed in range(3):
+            status, body = s.post("/v1/chat/completions", dict(ask, seed=seed))
+            ch = body["choices"][0]
+            calls = ch["message"].get("tool_calls", [])
+            check(status == 200 and ch["finish_reason"] == "tool_calls" and len(calls) == 1 and
+                  call_ok(body, calls[0], 0) and ch["message"]["content"] is None,
+                  f"{arch}: tool_choice required, seed {seed}: {status} {body}")
+        status, body = s.post("/v1/chat/completions", dict(ask, seed=5, tool_choice={
+            "type": "function", "function": {"name": "search"}}))
+        calls = body["choices"][0]["message"].get("tool_calls", [])
+        check(status == 200 and len(calls) == 1 and call_ok(body, calls[0], 0, ("search",)),
+              f"{arch}: tool_choice names a function: {status} {body}")
+        status, body = s.post("/v1/chat/completions", dict(ask, seed=6, parallel_tool_calls=True))
+        calls = body["choices"][0]["message"].get("tool_calls", [])
+        check(status == 200 and calls and all(call_ok(body, c, i) for i, c in enumerate(calls)),
+              f"{arch}: parallel_tool_calls: {status} {body}")
+        status, whole = s.post("/v1/chat/completions", dict(ask, seed=8))
+        status2, events, done = s.stream("/v1/chat/completions", dict(ask, seed=8))
+        calls = streamed_calls(events)
+        check(status == status2 == 200 and done and calls and
+              [dict(c, id=c["id"].replace(events[0]["id"], whole["id"])) for c in calls] ==
+              whole["choices"][0]["message"]["tool_calls"] and
+              events[-1]["choices"][0]["finish_reason"] == "tool_calls",
+              f"{arch}: a streamed call is the whole reply's: {events} {whole}")
+    status, body = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS, tools=TOOLS,
+                                                       tool_choice="none"))
+    check(status == 200 and "tool_calls" not in body["choices"][0]["message"],
+          f"{arch}: tool_choice none: {status} {body}")
+    for bad, why in ((dict(tools={"a": 1}), "'tools' must be an array"),
+                     (dict(tools=[{"type": "function", "function": {}}]), "'tools'[0]"),
+                     (dict(tools=TOOLS, tool_choice="sometimes"), "'tool_choice' must be"),
+                     (dict(tools=TOOLS, tool_choice="required", grammar='root ::= "x"'),
+                      "makes its own grammar"),
+                     (dict(reasoning_format="hidden"), "'reasoning_format' must be")):
+        status, body = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS, **bad))
+        check(status == 400 and why in body["error"]["message"],
+              f"{arch}: {bad} refused: {status} {body}")
+    if arch in FORCIBLE:
+        status, body = s.post("/v1/chat/completions", dict(ask, tool_choice={
+            "type": "function", "function": {"name": "nope"}}))
+        check(status == 400 and "'nope'" in body["error"]["message"],
+              f"{arch}: an unknown function refused: {status} {body}")
+    # the reasoning apart, whole and streamed; left in the content when asked
+    status, whole = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    status2, events, done = s.stream("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    msg = whole["choices"][0]["message"]
+    streamed = "".join(e["choices"][0]["delta"].get("reasoning_content", "") for e in events)
+    check(status == status2 == 200 and msg.get("reasoning_content", "") == streamed and
+          msg["content"] == chat_text(events) and
+          (bool(streamed) if arch in THINKING else True),
+          f"{arch}: the reasoning apart, whole and streamed: {whole} {events}")
+    status, raw = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS,
+                                                      reasoning_format="none"))
+    check(status == 200 and "reasoning_content" not in raw["choices"][0]["message"],
+          f"{arch}: reasoning_format none: {raw}")
 
 
 def default_grammar(moevm, model, arch):
@@ -857,6 +990,7 @@ def main():
             logprobs(s, moevm, model, arch, work)
             errors(s, arch)
             grammars(s, arch)
+            tools(s, arch)
             framing(s, arch)
             concurrent(s, arch)
             disconnect(s, arch)

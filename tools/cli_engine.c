@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/chat/chat_reply.h"
 #include "vmm/error.h"
 
 void mvm_cli_engine_init(mvm_cli_engine *e)
@@ -225,4 +226,36 @@ mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_
     memcpy(cached + k, prompt + k, (n - k) * sizeof *prompt);
     *n_cached = n;
     return MVM_OK;
+}
+
+uint32_t mvm_cli_reply_markers(const mvm_engine *e, int32_t *ids, uint32_t cap)
+{
+    static const char *const think[] = {"<think>", "</think>", NULL};
+    const mvm_chat_syntax syntax = mvm_chat_syntax_of(mvm_engine_chat_template(e));
+    const char *const *lists[] = {mvm_chat_syntax_markers(syntax), think};
+    uint32_t n = 0;
+    for (size_t l = 0; l < 2; l++)
+        for (const char *const *m = lists[l]; *m && n < cap; m++) {
+            int32_t id[2];
+            size_t k = 0;
+            char piece[8];
+            if (mvm_engine_tokenize(e, *m, strlen(*m), 0, 1, id, 2, &k) == MVM_OK && k == 1 &&
+                mvm_engine_token_piece(e, id[0], piece, sizeof piece) == 0)
+                ids[n++] = id[0];
+        }
+    return n;
+}
+
+size_t mvm_cli_reply_piece(const mvm_engine *e, int32_t id, const int32_t *keep,
+                           uint32_t n_keep, char *buf, size_t cap)
+{
+    size_t n = mvm_engine_token_piece(e, id, buf, cap);
+    for (uint32_t k = 0; n == 0 && k < n_keep; k++)
+        if (keep[k] == id) {
+            const char *t = mvm_engine_token_text(e, id);
+            n = t ? strlen(t) : 0;
+            if (n)
+                memcpy(buf, t, n < cap ? n : cap);
+        }
+    return n < cap ? n : cap;
 }

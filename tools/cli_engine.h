@@ -85,4 +85,14 @@ uint32_t mvm_cli_keep_prefix(mvm_engine *e, uint32_t seq, const int32_t *prompt,
 mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
                            const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused);
 
+/* The control tokens among the markup that a chat reply's reader sees (its syntax's,
+ * engine/chat/chat_reply.h, found from e's template, and <think>, </think>): a reply's
+ * text must keep their texts, which decoding drops (llama.cpp's preserved tokens). Into
+ * ids[0..cap); the count. */
+uint32_t mvm_cli_reply_markers(const mvm_engine *e, int32_t *ids, uint32_t cap);
+/* Token id's bytes into buf[0..cap) (mvm_engine_token_piece), a control token among
+ * keep[0..n_keep) as its text; the length, at most cap. */
+size_t mvm_cli_reply_piece(const mvm_engine *e, int32_t id, const int32_t *keep,
+                           uint32_t n_keep, char *buf, size_t cap);
+
 #endif

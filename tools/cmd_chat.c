@@ -7,6 +7,8 @@
  * far stays in the conversation, as llama.cpp keeps it) and, while a turn's prompt is being
  * evaluated, drops that turn; either way the chat goes back to the prompt. At the prompt it
  * ends the program, as end of input does. The statistics line comes last on stderr.
+ * A reply is read as the server reads it (engine/chat/chat_reply.h): its reasoning goes
+ * to stderr and into the conversation as reasoning_content, its answer to stdout.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/chat/chat_reply.h"
 #include "engine/compute/clock.h"
 #include "tools/cli_engine.h"
 
@@ -47,6 +50,11 @@ struct chat {
     float *logits;
     uint64_t evaluated, reused, generated;
     double t_prompt, t_reply;
+    /* each reply read into its reasoning and answer (engine/chat/chat_reply.h) */
+    mvm_chat_reply_opts read;
+    int32_t keep[16];           /* the control tokens of its markup, kept in its text */
+    uint32_t n_keep;
+    size_t shown_reasoning, shown_content; /* bytes of each printed */
 };
 
 static int parse_args(int argc, char **argv, struct chat *c)
@@ -102,6 +110,7 @@ static int render(struct chat *c, size_t *n)
     if (st != MVM_OK)
         return mvm_cli_error("chat", "chat template");
     size_t len = strlen(text);
+    c->read.thinking_open = mvm_chat_prompt_thinks(text);
     if (c->verbose)
         fprintf(stderr, "prompt: %s\n", text);
     if (len + 16 > c->cap) {
@@ -160,8 +169,31 @@ static int prefill(struct chat *c, size_t n)
     return 0;
 }
 
-/* Samples, prints and evaluates the reply; its text into *reply (malloc'd). */
-static int reply(struct chat *c, char **reply)
+/* Prints what is new of the reply text[0..len) read so far (partial: it goes on): the
+ * reasoning on stderr, the answer on stdout. The message read, or NULL. */
+static cJSON *show(struct chat *c, const char *text, size_t len, int partial)
+{
+    cJSON *m = mvm_chat_reply_parse(&c->read, text, len, partial);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(m, "content");
+    const size_t nr = cJSON_IsString(r) ? strlen(r->valuestring) : 0;
+    const size_t na = cJSON_IsString(a) ? strlen(a->valuestring) : 0;
+    if (nr > c->shown_reasoning) {
+        fputs(r->valuestring + c->shown_reasoning, stderr);
+        c->shown_reasoning = nr;
+    }
+    if (na > c->shown_content) {
+        if (c->shown_reasoning && !c->shown_content)
+            fputc('\n', stderr); /* the thinking done */
+        fputs(a->valuestring + c->shown_content, stdout);
+        fflush(stdout);
+        c->shown_content = na;
+    }
+    return m;
+}
+
+/* Samples, prints and evaluates the reply; its message into *reply. */
+static int reply(struct chat *c, cJSON **reply)
 {
     mvm_engine_info in;
     mvm_engine_get_info(c->e, &in);
@@ -184,10 +216,8 @@ static int reply(struct chat *c, char **reply)
                                                 c->n_cached);
         if (next < 0 || mvm_engine_is_eog(c->e, next) || c->n_cached + 1 >= in.n_ctx)
             break;
-        size_t np = mvm_engine_token_piece(c->e, next, piece, sizeof piece);
-        np = np < sizeof piece ? np : sizeof piece;
-        fwrite(piece, 1, np, stdout);
-        fflush(stdout);
+        const size_t np = mvm_cli_reply_piece(c->e, next, c->keep, c->n_keep, piece,
+                                              sizeof piece);
         if (len + np + 1 > cap) {
             char *bigger = realloc(text, cap = 2 * cap + np);
             if (!bigger) {
@@ -197,6 +227,7 @@ static int reply(struct chat *c, char **reply)
             text = bigger;
         }
         memcpy(text + len, piece, np), len += np;
+        cJSON_Delete(show(c, text, len, 1));
         if (mvm_engine_eval(c->e, 0, &next, 1, c->logits) != MVM_OK) {
             rc = mvm_cli_error("chat", "decode");
             break;
@@ -207,11 +238,12 @@ static int reply(struct chat *c, char **reply)
     c->t_reply += mvm_now_s() - t0;
     mvm_sampler_set_grammar(c->sampler, NULL);
     mvm_grammar_free(grammar);
-    text[len] = '\0';
+    *reply = show(c, text, len, 0);
+    free(text);
+    c->shown_reasoning = c->shown_content = 0;
     printf(mvm_cli_interrupted ? " [stopped]\n" : "\n");
     fflush(stdout);
     mvm_cli_interrupted = 0;
-    *reply = text;
     return rc;
 }
 
@@ -230,11 +262,10 @@ static int turn(struct chat *c, const char *line)
     }
     if (rc)
         return 1;
-    char *text = NULL;
-    rc = reply(c, &text);
-    if (text)
-        add_message(c, "assistant", text);
-    free(text);
+    cJSON *said = NULL;
+    rc = reply(c, &said);
+    if (said) /* its reasoning apart, as templates take it back */
+        cJSON_AddItemToArray(c->messages, said);
     return rc;
 }
 
@@ -322,6 +353,9 @@ static int open_chat(struct chat *c)
     if (!in.chat_template && !c->o.template_file)
         fprintf(stderr, "moevm chat: note: the model has no chat template "
                 "(tokenizer.chat_template): using ChatML\n");
+    c->read = (mvm_chat_reply_opts){
+        .syntax = mvm_chat_syntax_of(mvm_engine_chat_template(c->e)), .reasoning = 1};
+    c->n_keep = mvm_cli_reply_markers(c->e, c->keep, sizeof c->keep / sizeof *c->keep);
     if (mvm_sampler_create(&c->o.s, in.n_vocab, &c->sampler) != MVM_OK)
         return mvm_cli_error("chat", "sampler");
     if (!(c->logits = malloc(in.n_vocab * sizeof *c->logits)) ||

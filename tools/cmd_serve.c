@@ -16,7 +16,8 @@
 #include "tools/serve.h"
 #include "tools/serve_api.h"
 
-enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE, O_API_KEY, O_API_KEY_FILE };
+enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE, O_API_KEY, O_API_KEY_FILE,
+       O_REASONING };
 
 static void usage(FILE *f)
 {
@@ -35,6 +36,8 @@ static void usage(FILE *f)
                "                  'Authorization: Bearer KEY' (default: none asked for)\n"
                "  --api-key-file FILE  keys, one a line ('#' lines are comments): not on the\n"
                "                  command line, where other users of the machine see them\n"
+               "  --reasoning-format FMT  a chat's reasoning: 'auto' (default; also\n"
+               "                  'deepseek'): in reasoning_content; 'none': left in content\n"
                "  -n              the default max_tokens (default -1: until the reply ends)\n");
     mvm_cli_engine_usage(f);
 }
@@ -47,6 +50,7 @@ struct serve_args {
     uint32_t port, parallel, queue;
     char *keys[MAX_KEYS];     /* --api-key's and --api-key-file's, each malloc'd */
     uint32_t n_keys;
+    int reasoning_none;       /* --reasoning-format none */
 };
 
 /* Adds text[0..n) as a key, white space around it dropped; 2 after a one-line error. */
@@ -114,6 +118,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                                        {"queue", 0, 1, O_QUEUE},
                                        {"api-key", 0, 1, O_API_KEY},
                                        {"api-key-file", 0, 1, O_API_KEY_FILE},
+                                       {"reasoning-format", 0, 1, O_REASONING},
                                        {0}};
     mvm_cli_iter it = {.cmd = "serve", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
     int next;
@@ -150,6 +155,14 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         case O_QUEUE: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 16, &a->queue); break;
         case O_API_KEY: bad = add_keys(a, it.flag, it.value, 0); break;
         case O_API_KEY_FILE: bad = add_keys(a, it.flag, it.value, 1); break;
+        case O_REASONING:
+            a->reasoning_none = !strcmp(it.value, "none");
+            if (!a->reasoning_none && strcmp(it.value, "auto") && strcmp(it.value, "deepseek")) {
+                fprintf(stderr, "moevm serve: --reasoning-format %s: expected auto, deepseek or "
+                        "none\n", it.value);
+                bad = 2;
+            }
+            break;
         }
         if (bad)
             return 2;
@@ -198,7 +211,8 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
                            .default_max_tokens = a->o.n_predict,
                            .default_ignore_eos = a->o.ignore_eos, .model_path = a->o.p.model,
                            .api_keys = (const char *const *)a->keys, .n_api_keys = a->n_keys,
-                           .default_grammar = a->o.grammar.gbnf};
+                           .default_grammar = a->o.grammar.gbnf,
+                           .reasoning_none = a->reasoning_none};
     serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, &api, &port);
     pthread_t t;
     int rc = !http || pthread_create(&t, NULL, engine_thread, s) != 0;

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "engine/chat/chat_reply.h"
 #include "engine/forward/sampler.h"
 #include "moevm/engine.h"
 
@@ -27,6 +28,9 @@
 /* The alternatives a generated token may report with its log-probability (OpenAI's
  * top_logprobs limit; llama.cpp's n_probs). */
 #define SERVE_MAX_LOGPROBS 20
+
+/* The control tokens a chat's reply shows as text (its syntax's markup, chat_reply.h). */
+#define SERVE_MAX_KEEP 16
 
 typedef struct serve_logprob {
     int32_t id;
@@ -55,6 +59,15 @@ typedef struct serve_req {
     mvm_grammar *grammar;     /* the replies' constraint (its own), or NULL */
     char *stop[SERVE_MAX_STOP];
     uint32_t n_stop;
+    /* a chat's reply read back into reasoning, content and tool calls (serve_tools.c) */
+    int parse_reply;
+    mvm_chat_reply_opts reply; /* its tool_list is `tools` */
+    cJSON *tools;             /* the request's (its own copy); NULL: none */
+    int force_call;           /* tool_choice "required" or a function: a grammar makes one */
+    char *force_name;         /* that function; NULL: any of the tools */
+    int parallel_calls;       /* parallel_tool_calls: a forced reply may make several */
+    int32_t keep[SERVE_MAX_KEEP]; /* control tokens whose texts the reply keeps: the syntax's */
+    uint32_t n_keep;          /* markup, which the reader must see */
     char id[48];
     long created;
     /* shared */

@@ -162,8 +162,14 @@ char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap
         snprintf(bad, cap, "'chat_template_kwargs' must be an object");
         return NULL;
     }
+    cJSON *vars = cJSON_IsObject(kw) ? cJSON_Duplicate(kw, 1) : cJSON_CreateObject();
+    if (!vars || serve_tools_template_vars(body, vars)) {
+        cJSON_Delete(vars);
+        return NULL;
+    }
     char *json = cJSON_PrintUnformatted(msgs), *text = NULL;
-    char *extra = cJSON_IsObject(kw) ? cJSON_PrintUnformatted(kw) : NULL;
+    char *extra = vars->child ? cJSON_PrintUnformatted(vars) : NULL;
+    cJSON_Delete(vars);
     if (json && mvm_engine_chat_format(a->e, json, extra, 1, &text) != MVM_OK)
         snprintf(bad, cap, "%s", mvm_last_error());
     free(json), free(extra);
@@ -235,6 +241,7 @@ static int prompt(const serve_api *a, cJSON *body, const cJSON *p, const char *f
     if (r->kind == SERVE_CHAT) {
         char *text = serve_api_chat_text(a, body, bad, cap);
         const size_t len = text ? strlen(text) : 0;
+        r->reply.thinking_open = text && mvm_chat_prompt_thinks(text);
         r->prompt = text ? malloc((len + 16) * sizeof *r->prompt) : NULL;
         mvm_status st = r->prompt ? mvm_engine_tokenize(a->e, text, len, 1, 1, r->prompt,
                                                         len + 16, &n)
@@ -283,6 +290,10 @@ static serve_req *sibling(const serve_req *r)
     c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
     c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
     c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;
+    if (serve_tools_copy(r, c)) {
+        serve_req_release(c);
+        return NULL;
+    }
     for (uint32_t i = 0; i < r->n_stop; i++)
         if (!(c->stop[c->n_stop++] = strdup(r->stop[i]))) {
             serve_req_release(c);
@@ -389,6 +400,22 @@ static int slot_fields(const serve_api *a, const cJSON *body, serve_req *r, char
     return 0;
 }
 
+/* The grammar of a forced tool call, made for r's prompt. */
+static int bind_tools(const serve_api *a, serve_req *r, char *bad, size_t cap)
+{
+    if (!r->force_call) {
+        /* a grammar's sentence is the whole reply, not the rest of the reasoning that the
+         * prompt opened */
+        if (r->grammar)
+            r->reply.thinking_open = 0;
+        return 0;
+    }
+    char *gbnf = serve_tools_grammar(r, bad, cap);
+    const int rc = gbnf ? serve_grammar_bind(a, gbnf, r, bad, cap) : -1;
+    free(gbnf);
+    return rc;
+}
+
 uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char *body,
                             size_t len, serve_req **out, uint32_t max, int *status,
                             char **error)
@@ -410,7 +437,10 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
          !serve_api_flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
     ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
          !logprobs(root, r, bad, sizeof bad) &&
-         !serve_grammar_text(a, root, &gbnf, bad, sizeof bad);
+         !serve_grammar_text(a, root, &gbnf, bad, sizeof bad) &&
+         (kind != SERVE_CHAT || !serve_tools_read(a, root, r, bad, sizeof bad));
+    if (ok && r->force_call) /* its own grammar, made once the prompt is known */
+        free(gbnf), gbnf = NULL;
     const cJSON *p = root ? cJSON_GetObjectItemCaseSensitive(root, "prompt") : NULL;
     const int list = ok && kind != SERVE_CHAT && !infill && several(p);
     double choices = 1; /* OpenAI's n: that many replies to the one prompt */
@@ -443,7 +473,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
         if (q)
             out[made++] = q;
         ok = q && !prompt(a, root, e, field, infill, q, bad, sizeof bad) &&
-             !serve_grammar_bind(a, gbnf, q, bad, sizeof bad);
+             !serve_grammar_bind(a, gbnf, q, bad, sizeof bad) && !bind_tools(a, q, bad, sizeof bad);
         if (ok)
             snprintf(q->id, sizeof q->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
                      atomic_fetch_add(&counter, 1));
@@ -510,7 +540,12 @@ static void choice(const serve_api *a, cJSON *choices, uint32_t index, const ser
     /* a model may emit bytes that are not UTF-8 (byte tokens of a character it never
      * finished), and JSON must be: each bad byte becomes U+FFFD */
     char *t = mvm_cli_valid_utf8(text, n);
-    if (r->kind == SERVE_CHAT) {
+    int calls = 0;
+    if (r->kind == SERVE_CHAT && r->parse_reply && !chunk) {
+        cJSON *m = serve_tools_message(r, t ? t : "", t ? strlen(t) : 0);
+        calls = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
+        cJSON_AddItemToObject(c, "message", m ? m : cJSON_CreateObject());
+    } else if (r->kind == SERVE_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || first)
             cJSON_AddStringToObject(m, "role", "assistant");
@@ -529,7 +564,7 @@ static void choice(const serve_api *a, cJSON *choices, uint32_t index, const ser
         cJSON_AddItemToObject(c, "logprobs", serve_api_logprobs_legacy(a, r, from, to));
     }
     if (finish)
-        cJSON_AddStringToObject(c, "finish_reason", finish);
+        cJSON_AddStringToObject(c, "finish_reason", serve_tools_finish(finish, calls));
     else
         cJSON_AddNullToObject(c, "finish_reason");
 }
@@ -550,13 +585,9 @@ char *serve_api_response_list(const serve_api *a, const serve_req *const *r, uin
     return out;
 }
 
-char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
-                      uint32_t from, uint32_t to, int first, const char *finish)
+/* o as a server-sent event (malloc'd); o is freed. */
+static char *event(cJSON *o)
 {
-    cJSON *o = envelope(a, r, 1);
-    choice(a, cJSON_AddArrayToObject(o, "choices"), 0, r, text, n, from, to, 1, first, finish);
-    if (finish)
-        usage(o, &r, 1);
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!json)
@@ -567,4 +598,25 @@ char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, 
         snprintf(out, len, "data: %s\n\n", json);
     free(json);
     return out;
+}
+
+char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
+                      uint32_t from, uint32_t to, int first, const char *finish)
+{
+    cJSON *o = envelope(a, r, 1);
+    choice(a, cJSON_AddArrayToObject(o, "choices"), 0, r, text, n, from, to, 1, first, finish);
+    if (finish)
+        usage(o, &r, 1);
+    return event(o);
+}
+
+char *serve_api_chunk_delta(const serve_api *a, const serve_req *r, cJSON *delta,
+                            uint32_t from, uint32_t to)
+{
+    cJSON *o = envelope(a, r, 1), *choices = cJSON_AddArrayToObject(o, "choices");
+    choice(a, choices, 0, r, NULL, 0, from, to, 1, 0, NULL);
+    if (!choices || !choices->child ||
+        !cJSON_ReplaceItemInObjectCaseSensitive(choices->child, "delta", delta))
+        cJSON_Delete(delta);
+    return event(o);
 }

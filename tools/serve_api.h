@@ -26,6 +26,7 @@ typedef struct serve_api {
     const char *const *api_keys; /* a request must give one of them (but for /health) */
     uint32_t n_api_keys;         /* 0: no key is asked for */
     const char *default_grammar; /* --grammar's or --json-schema's GBNF; NULL: none */
+    int reasoning_none;          /* --reasoning-format none: a chat's reasoning stays content */
 } serve_api;
 
 /* A request of the given kind read from body[0..len), tokenized; NULL with the HTTP
@@ -65,6 +66,36 @@ int serve_grammar_text(const serve_api *a, const cJSON *body, char **gbnf, char 
 int serve_grammar_bind(const serve_api *a, const char *gbnf, serve_req *r, char *bad,
                        size_t cap);
 
+/* ---- a chat's tools and its reply's parts (serve_tools.c) ---- */
+
+/* What a stream has sent of a chat's parsed reply: bytes of its reasoning and content, and
+ * its calls. */
+typedef struct serve_sent {
+    size_t reasoning, content;
+    int calls;
+} serve_sent;
+
+/* A chat body's `tools`, `tool_choice`, `parallel_tool_calls` and `reasoning_format` into
+ * r (r->parse_reply set, the syntax found from a's template); -1 with a message in bad. */
+int serve_tools_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
+                     size_t cap);
+/* Those of `from` into `to` (a sibling request); -1 without memory. */
+int serve_tools_copy(const serve_req *from, serve_req *to);
+/* The GBNF that forces r's call (malloc'd), once r->reply.thinking_open is known; NULL
+ * when r forces none, or with a message in bad when it cannot be made. */
+char *serve_tools_grammar(const serve_req *r, char *bad, size_t cap);
+/* The template's variables (vars) for body: its `tools`; the string arguments of the calls
+ * in its `messages` made objects in place. -1 without memory. */
+int serve_tools_template_vars(cJSON *body, cJSON *vars);
+/* r's whole reply text[0..n) as its message, the calls with ids. */
+cJSON *serve_tools_message(const serve_req *r, const char *text, size_t n);
+/* A done request's finish reason: "tool_calls" for a "stop" that made calls. */
+const char *serve_tools_finish(const char *finish, int calls);
+/* The delta of a stream's next chunk for the reply text[0..n) so far (final: all of it),
+ * past what *sent says was sent (updated); NULL when there is nothing new to send. */
+cJSON *serve_tools_delta(const serve_req *r, const char *text, size_t n, int final,
+                         serve_sent *sent);
+
 /* {"error": {"message", "type", "param", "code"}} (malloc'd); type "invalid_request_error",
  * "not_found_error", "server_error", ... */
 char *serve_api_error(const char *message, const char *type);
@@ -79,6 +110,10 @@ char *serve_api_response_list(const serve_api *a, const serve_req *const *r, uin
  * where asked for), or the last (finish_reason set, usage); malloc'd. */
 char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
                       uint32_t from, uint32_t to, int first, const char *finish);
+/* A chat stream's event for a parsed reply's delta (serve_tools_delta; taken), the tokens
+ * r->gen[from..to) with it. */
+char *serve_api_chunk_delta(const serve_api *a, const serve_req *r, cJSON *delta,
+                            uint32_t from, uint32_t to);
 
 /* ---- log-probabilities (serve_logprobs.c) ---- */
 

@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <time.h>
 
+#include "tools/cli.h"
 #include "tools/serve.h"
 #include "tools/serve_api.h"
 
@@ -51,6 +52,8 @@ struct stream {
     size_t sent;       /* bytes of r->text already in events */
     uint32_t sent_tokens; /* of r->gen, those already in events */
     int started, ended;
+    serve_sent parts;  /* a chat read into its parts (r->parse_reply): what was sent */
+    int read_whole;    /* the whole reply has been read */
     char *out;         /* the event being written */
     size_t out_len, out_off;
 };
@@ -183,7 +186,7 @@ static char *last_event(struct stream *st)
     char *last = r->error ? NULL
                  : llama  ? serve_llama_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 1)
                           : serve_api_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 0,
-                                            r->finish);
+                                            serve_tools_finish(r->finish, st->parts.calls));
     char *err = r->error ? serve_api_error(r->error, "server_error") : NULL;
     const char *body = last ? last : err ? err : "";
     size_t n = strlen(body) + 32;
@@ -192,6 +195,27 @@ static char *last_event(struct stream *st)
         snprintf(ev, n, "%s%s%s%s", last ? "" : "data: ", body, last ? "" : "\n\n",
                  llama ? "" : "data: [DONE]\n\n");
     free(last), free(err);
+    return ev;
+}
+
+/* A chat read into its parts: the event of what is new since st->parts, once there is
+ * some (the whole reply read when it is done); NULL for none. Under r->mu. */
+static char *parts_event(struct stream *st)
+{
+    serve_req *r = st->r;
+    char *ev = NULL;
+    while (!ev && (r->len > st->sent || (r->done && !st->read_whole))) {
+        char *t = mvm_cli_valid_utf8(r->text, r->len);
+        cJSON *d = t ? serve_tools_delta(r, t, strlen(t), r->done, &st->parts) : NULL;
+        free(t);
+        st->sent = r->len, st->read_whole = r->done;
+        if (d) {
+            ev = serve_api_chunk_delta(&st->h->api, r, d, st->sent_tokens, r->n_gen);
+            st->sent_tokens = r->n_gen;
+        } else if (!r->done) {
+            pthread_cond_wait(&r->cv, &r->mu);
+        }
+    }
     return ev;
 }
 
@@ -209,6 +233,8 @@ static int next_event(struct stream *st)
     char *ev = NULL;
     if (role) {
         ev = serve_api_chunk(a, r, NULL, 0, 0, 0, 1, NULL);
+    } else if (r->parse_reply && (ev = parts_event(st))) {
+        /* made */
     } else if (r->len > st->sent) {
         const char *text = r->text + st->sent;
         const size_t n = r->len - st->sent;

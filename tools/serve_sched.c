@@ -298,7 +298,7 @@ static int32_t next_token(serve *s, struct slot *sl)
     s->metrics.generated_tokens++;
     pthread_mutex_unlock(&s->mu);
     char piece[256];
-    size_t np = mvm_engine_token_piece(s->e, next, piece, sizeof piece);
+    size_t np = mvm_cli_reply_piece(s->e, next, r->keep, r->n_keep, piece, sizeof piece);
     if (!stopped)
         stopped = release(sl, piece, np < sizeof piece ? np : sizeof piece);
     if (stopped)

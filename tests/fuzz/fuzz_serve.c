@@ -16,8 +16,12 @@
  *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut;
  *   - /tokenize, /detokenize and /apply-template answer a JSON object: their result with
  *     200, or an error object with a one-line message and 400;
- *   - a request read that names a grammar, a JSON Schema or a response_format with one has
- *     a grammar of its own (tools/serve_grammar.c).
+ *   - a request read that names a grammar, a JSON Schema or a response_format with one, or
+ *     forces a tool call, has a grammar of its own (tools/serve_grammar.c, serve_tools.c);
+ *   - a chat's reply read into its parts (the syntax picked by the input's length): its
+ *     message well formed (content, reasoning, calls with ids and JSON-object arguments,
+ *     "tool_calls" the finish where it has calls), and its stream's deltas, the reply cut
+ *     anywhere, adding up to that message.
  * The engine is a double here (mvm_engine_tokenize: a token a byte; mvm_engine_chat_format:
  * "role: content" lines, refusing what a template could not render): the tokenizers and
  * the chat templates have their own targets (fuzz_inputs.c), this one is the JSON around
@@ -120,10 +124,25 @@ void mvm_engine_get_fim(const mvm_engine *e, mvm_engine_fim *out)
                             .sep = 253};
 }
 
+/* The template's source picks the syntax a chat's reply is read in
+ * (engine/chat/chat_reply.h): each input gets one of them, by its length. */
+static const char *const syntax_templates[] = {
+    "{{ messages }}", "<|channel|>", "<minimax:tool_call>", "<arg_key>",
+    "<tool_call><function=<parameter=", "<tool_call>", "tool▁call▁begin ```json",
+    "tool▁call▁begin", "<|tool_call_begin|>", "[TOOL_CALLS]"};
+static const char *fuzz_template = "{{ messages }}";
+
+/* the double's vocabulary has no control tokens to keep (tools/cli_engine.c) */
+uint32_t mvm_cli_reply_markers(const mvm_engine *e, int32_t *ids, uint32_t cap)
+{
+    (void)e, (void)ids, (void)cap;
+    return 0;
+}
+
 const char *mvm_engine_chat_template(const mvm_engine *e)
 {
     (void)e;
-    return "{{ messages }}";
+    return fuzz_template;
 }
 
 /* The messages JSON that the server made must parse; a message that is not an object with
@@ -258,6 +277,84 @@ static void check_logprobs(const cJSON *o, const serve_req *r, uint32_t n)
     require(cJSON_IsArray(lp) && (uint32_t)cJSON_GetArraySize(lp) == n);
 }
 
+/* A chat's message read from its reply: a string or null content, a string reasoning, the
+ * calls as OpenAI gives them (ids from the request's), "tool_calls" the finish exactly when
+ * it has calls. */
+static void check_message(const cJSON *choice, const serve_req *r)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    require(cJSON_IsString(content) || (cJSON_IsNull(content) && calls));
+    require(!reasoning || (cJSON_IsString(reasoning) && reasoning->valuestring[0]));
+    require(!calls || (cJSON_IsArray(calls) && calls->child && r->reply.tools));
+    require(cJSON_IsString(finish) &&
+            !strcmp(finish->valuestring, calls ? "tool_calls" : "stop"));
+    int i = 0;
+    cJSON_ArrayForEach(c, calls)
+    {
+        char id[80];
+        snprintf(id, sizeof id, "call_%s_%d", r->id, i++);
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        require(!strcmp(cJSON_GetObjectItemCaseSensitive(c, "id")->valuestring, id));
+        require(cJSON_IsString(name) && name->valuestring[0] && cJSON_IsString(args));
+        cJSON *parsed_args = cJSON_Parse(args->valuestring);
+        require(cJSON_IsObject(parsed_args));
+        cJSON_Delete(parsed_args);
+    }
+}
+
+/* Appends a delta's `key` text to *acc (malloc'd). */
+static void gather(char **acc, const cJSON *delta, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(delta, key);
+    if (!cJSON_IsString(v))
+        return;
+    size_t n = *acc ? strlen(*acc) : 0, k = strlen(v->valuestring);
+    char *grown = realloc(*acc, n + k + 1);
+    require(grown != NULL);
+    memcpy(grown + n, v->valuestring, k + 1);
+    *acc = grown;
+}
+
+/* A chat's stream, as the server reads the reply while it grows (tools/serve_http.c): the
+ * deltas of its prefixes (cut anywhere, inside a character too) add up to the whole
+ * message: its reasoning, its content, its calls. */
+static void check_deltas(const serve_req *r, const char *want, const cJSON *message)
+{
+    const size_t n = strlen(want);
+    serve_sent sent = {0};
+    char *reasoning = NULL, *content = NULL;
+    cJSON *calls = cJSON_CreateArray(), *c;
+    const size_t cuts[] = {n / 3, n / 2, n, n};
+    for (size_t i = 0; i < 4; i++) {
+        cJSON *d = serve_tools_delta(r, want, cuts[i], i == 3, &sent);
+        gather(&reasoning, d, "reasoning_content");
+        gather(&content, d, "content");
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(d, "tool_calls"))
+        {
+            const cJSON *ix = cJSON_GetObjectItemCaseSensitive(c, "index");
+            require(cJSON_IsNumber(ix) && ix->valueint == cJSON_GetArraySize(calls));
+            cJSON *copy = cJSON_Duplicate(c, 1);
+            cJSON_DeleteItemFromObjectCaseSensitive(copy, "index");
+            cJSON_AddItemToArray(calls, copy);
+        }
+        cJSON_Delete(d);
+    }
+    const cJSON *wc = cJSON_GetObjectItemCaseSensitive(message, "content");
+    const cJSON *wr = cJSON_GetObjectItemCaseSensitive(message, "reasoning_content");
+    const cJSON *wcalls = cJSON_GetObjectItemCaseSensitive(message, "tool_calls");
+    require(!strcmp(content ? content : "", cJSON_IsString(wc) ? wc->valuestring : ""));
+    require(!strcmp(reasoning ? reasoning : "", cJSON_IsString(wr) ? wr->valuestring : ""));
+    require(wcalls ? cJSON_Compare(calls, wcalls, 1) : !calls->child);
+    cJSON_Delete(calls);
+    free(reasoning), free(content);
+}
+
 /* One stream event of the reply's piece text[0..n) (the ids of its bytes, for /completion). */
 static char *chunk(const serve_api *a, serve_req *r, const char *text, size_t n, int first,
                    const char *finish, size_t at)
@@ -286,7 +383,13 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
     require(want != NULL && strlen(want) >= n); /* every byte kept, or replaced */
     char *json = r->kind == SERVE_LLAMA ? serve_llama_response(a, r) : serve_api_response(a, r);
     cJSON *o = parsed(json);
-    check_text(o, r->kind, want);
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+    if (r->parse_reply) { /* a chat read into its parts */
+        check_message(choice, r);
+        check_deltas(r, want, cJSON_GetObjectItemCaseSensitive(choice, "message"));
+    } else {
+        check_text(o, r->kind, want);
+    }
     check_logprobs(o, r, (uint32_t)n);
     if (r->kind == SERVE_LLAMA)
         check_ids(o, r->stream || r->return_tokens ? (uint32_t)n : 0);
@@ -357,6 +460,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = (const char *)data + 1, *text = body + (size - 1 - n_text);
     const size_t len = size - 1 - n_text;
     static mvm_engine engine;
+    fuzz_template = syntax_templates[size % (sizeof syntax_templates / sizeof *syntax_templates)];
     const serve_api a = {.e = &engine, .model_id = "fuzz",
                          .defaults = {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40,
                                       .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 7},
@@ -383,7 +487,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const int constrained = asks_grammar(body, len);
     for (uint32_t i = 0; i < n; i++) {
         check_request(&a, r[i], kind);
-        require((r[i]->grammar != NULL) == constrained && (!i || !r[i]->grammar ||
+        require((r[i]->grammar != NULL) == (constrained || r[i]->force_call) &&
+                (!i || !r[i]->grammar ||
                                                            r[i]->grammar != r[0]->grammar));
         check_answers(&a, r[i], text, n_text);
     }

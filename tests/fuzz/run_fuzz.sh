@@ -80,8 +80,8 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 # shellcheck disable=SC2086
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_serve.c" \
     "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
-    "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" \
-    "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c \
+    "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" "$root/tools/serve_tools.c" \
+    "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c "$root"/engine/chat/chat_reply*.c \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
     fail "building fuzz_serve failed"
@@ -150,6 +150,11 @@ printf '%s' '{"messages": [{"role": "user", "content": "x"}], "n": 2, "response_
 printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "n": 3, "chat_template_kwargs": {"enable_thinking": false}}' |
     serve_seed 1 chat
 printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3' | serve_seed 13 chat-reply
+# chats with tools; replies (the last 55 and 58 bytes) with reasoning and calls, read in
+# the syntax the input's length picks
+printf '%s' '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required", "parallel_tool_calls": true}' | serve_seed 1 chat-tools
+printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}<think>r</think>c<tool_call>{"name":"f","arguments":{}}' | serve_seed 221 chat-tool-reply
+printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "reasoning_format": "auto"}<|start|>assistant to=functions.f<|channel|>x<|message|>{}' | serve_seed 233 chat-harmony-reply
 # llama.cpp's /completion (and its body to /tokenize, /detokenize, /apply-template)
 printf '%s' '{"prompt": [5, "Once", 7], "n_predict": 3, "id_slot": 1, "cache_prompt": false, "return_tokens": true, "repeat_last_n": -1, "stop": ["a", "b", "c", "d", "e"], "n_probs": 3}' |
     serve_seed 2 llama-completion
