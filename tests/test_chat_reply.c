@@ -419,6 +419,23 @@ static int accepts(const char *gbnf, const char *text)
     return ok;
 }
 
+/* Whether gbnf made lazy on s's trigger takes some text, then call (after a closed
+ * reasoning block when `closed`, else inside one still open), whole. */
+static int lazy_accepts(const char *gbnf, mvm_chat_syntax s, const char *call, int closed)
+{
+    mvm_grammar *g = NULL;
+    if (mvm_grammar_parse(gbnf, &g) != MVM_OK)
+        return -1;
+    const char *word = mvm_chat_tool_trigger(s);
+    const mvm_grammar_triggers t = {&word, 1, "<think>", "</think>", 0};
+    const char *before = closed ? "<think>I'll call <tool_call>, then</think>Sure: " : "<think>";
+    int ok = word && mvm_grammar_set_lazy(g, &t) == MVM_OK &&
+             mvm_grammar_accept_text(g, before, strlen(before)) &&
+             mvm_grammar_accept_text(g, call, strlen(call)) && mvm_grammar_finished(g);
+    mvm_grammar_free(g);
+    return ok;
+}
+
 static void test_tool_grammar(void)
 {
     cJSON *tools = cJSON_Parse(tools_json);
@@ -457,6 +474,12 @@ static void test_tool_grammar(void)
         CHECK(mvm_chat_tool_grammar(forms[i].s, tools, NULL, 1, 0, &g, bad, sizeof bad) == 0);
         if (forms[i].two)
             CHECK(g && accepts(g, forms[i].two) == 1);
+        free(g), g = NULL;
+        /* lazy on the syntax's word: free text, then the call held to the tools */
+        CHECK(mvm_chat_tool_grammar(forms[i].s, tools, NULL, 0, 0, &g, bad, sizeof bad) == 0);
+        CHECK(lazy_accepts(g, forms[i].s, forms[i].one, 1) == 1);
+        CHECK(lazy_accepts(g, forms[i].s, forms[i].wrong, 1) == 0);
+        CHECK(lazy_accepts(g, forms[i].s, forms[i].one, 0) == 0); /* its word in the think */
         free(g), g = NULL;
         /* what the grammar makes, the reader reads */
         mvm_chat_reply_opts o = opts(forms[i].s, tools);

@@ -169,6 +169,54 @@ static void test_state(void)
     mvm_grammar_free(g);
 }
 
+/* A lazy grammar: nothing refused until a trigger word shows outside the quiet block; from
+ * the word on, the text is held to the grammar. */
+static void test_lazy(void)
+{
+    const char *gbnf = "root ::= \"<call>\" [0-9]+ \"</call>\"";
+    const char *const words[] = {"<call>"};
+    const mvm_grammar_triggers plain = {words, 1, NULL, NULL, 0};
+    const mvm_grammar_triggers think = {words, 1, "<think>", "</think>", 0};
+    const mvm_grammar_triggers inside = {words, 1, "<think>", "</think>", 1};
+    mvm_grammar *g = NULL;
+    CHECK_ST(mvm_grammar_parse(gbnf, &g), MVM_OK);
+    if (!g)
+        return;
+    CHECK_ST(mvm_grammar_set_lazy(g, &(mvm_grammar_triggers){words, 0, NULL, NULL, 0}),
+             MVM_ERR_INVALID);
+    CHECK_ST(mvm_grammar_set_lazy(g, &(mvm_grammar_triggers){(const char *[]){""}, 1, NULL,
+                                                             NULL, 0}), MVM_ERR_INVALID);
+    CHECK_ST(mvm_grammar_set_lazy(g, &(mvm_grammar_triggers){words, 1, "<think>", NULL, 0}),
+             MVM_ERR_INVALID);
+    CHECK_ST(mvm_grammar_set_lazy(g, &plain), MVM_OK);
+    /* anything before the word, which may come split; then the grammar holds */
+    CHECK(mvm_grammar_accept_text(g, "x < <<ca", 8));
+    CHECK(mvm_grammar_complete(g) && !mvm_grammar_finished(g));
+    CHECK(mvm_grammar_accept_text(g, "ll>1", 4) && !mvm_grammar_complete(g));
+    CHECK(!mvm_grammar_accept_text(g, "x", 1));
+    CHECK(mvm_grammar_accept_text(g, "2</call>", 8) && mvm_grammar_finished(g));
+    mvm_grammar_free(g);
+    /* a word whose sequel the grammar refuses is passed over */
+    CHECK_ST(mvm_grammar_parse(gbnf, &g), MVM_OK);
+    CHECK_ST(mvm_grammar_set_lazy(g, &plain), MVM_OK);
+    CHECK(mvm_grammar_accept_text(g, "<call>a <call", 13) && mvm_grammar_complete(g));
+    CHECK(mvm_grammar_accept_text(g, ">7</call>", 9) && mvm_grammar_finished(g));
+    mvm_grammar_free(g);
+    /* a word inside the reasoning block is no trigger; the block may start the text */
+    for (int k = 0; k < 2; k++) {
+        CHECK_ST(mvm_grammar_parse(gbnf, &g), MVM_OK);
+        CHECK_ST(mvm_grammar_set_lazy(g, k ? &inside : &think), MVM_OK);
+        const char *text = k ? "<call>5" : "a <think> <call>5"; /* a sentence so far */
+        CHECK(mvm_grammar_accept_text(g, text, strlen(text)));
+        CHECK(mvm_grammar_accept_text(g, "</th", 4) && mvm_grammar_accept_text(g, "ink>", 4));
+        CHECK(mvm_grammar_complete(g));
+        CHECK(mvm_grammar_accept_text(g, " <call>6", 8) && !mvm_grammar_complete(g));
+        CHECK(!mvm_grammar_accept_text(g, "</think>", 8));
+        CHECK(mvm_grammar_accept_text(g, "</call>", 7) && mvm_grammar_finished(g));
+        mvm_grammar_free(g);
+    }
+}
+
 /* ---- bound to a vocabulary ------------------------------------------------------------ */
 
 static mvm_engine *engine;
@@ -186,7 +234,7 @@ static uint32_t next_random(void)
 static int reference_allows(const char *gbnf, const char *text, size_t len, int32_t id)
 {
     char piece[256];
-    size_t n = mvm_engine_token_piece(engine, id, piece, sizeof piece);
+    size_t n = mvm_engine_token_piece_special(engine, id, piece, sizeof piece);
     mvm_grammar *g = NULL;
     if (mvm_grammar_parse(gbnf, &g) != MVM_OK || !mvm_grammar_accept_text(g, text, len)) {
         mvm_grammar_free(g);
@@ -229,7 +277,8 @@ static void check_filter(const char *gbnf, int steps)
             break;
         uint32_t t = allowed[next_random() % n_allowed];
         CHECK_ST(mvm_grammar_accept(g, (int32_t)t), MVM_OK);
-        len += mvm_engine_token_piece(engine, (int32_t)t, text + len, sizeof text - len - 1);
+        len += mvm_engine_token_piece_special(engine, (int32_t)t, text + len,
+                                              sizeof text - len - 1);
         if (len > sizeof text - 300)
             break;
     }
@@ -261,7 +310,7 @@ static void check_sampling(const char *gbnf, float temperature)
         if (t < 0)
             break;
         char piece[256];
-        size_t n = mvm_engine_token_piece(engine, t, piece, sizeof piece);
+        size_t n = mvm_engine_token_piece_special(engine, t, piece, sizeof piece);
         if (mvm_engine_is_eog(engine, t)) {
             ended = 1;
             CHECK(mvm_grammar_complete(ref));
@@ -276,6 +325,51 @@ out:
     mvm_sampler_free(s);
     mvm_grammar_free(g);
     mvm_grammar_free(ref);
+}
+
+/* A control token is matched by its text, as llama.cpp's grammars match it: a grammar can
+ * make a model write its markup ("<|im_start|>", a tool call's opening). */
+static void test_control_tokens(void)
+{
+    int32_t id[2];
+    size_t k = 0;
+    CHECK_ST(mvm_engine_tokenize(engine, "<|im_start|>", 12, 0, 1, id, 2, &k), MVM_OK);
+    CHECK(k == 1);
+    CHECK(mvm_engine_token_piece(engine, id[0], NULL, 0) == 0); /* control: no plain text */
+    const char *gbnf = "root ::= \"<|im_start|>\" [a-z]+";
+    mvm_grammar *g = NULL;
+    CHECK_ST(mvm_grammar_create(engine, gbnf, &g), MVM_OK);
+    if (g) {
+        CHECK(mvm_grammar_allows(g, id[0]));
+        CHECK_ST(mvm_grammar_accept(g, id[0]), MVM_OK);
+        CHECK(!mvm_grammar_allows(g, id[0]));
+    }
+    mvm_grammar_free(g);
+    check_filter(gbnf, 4);
+    /* lazy on that token: every token fits before it, the grammar's after */
+    const char *const word[] = {"<|im_start|>"};
+    CHECK_ST(mvm_grammar_create(engine, gbnf, &g), MVM_OK);
+    CHECK_ST(mvm_grammar_set_lazy(g, &(mvm_grammar_triggers){word, 1, NULL, NULL, 0}), MVM_OK);
+    float *l = malloc(n_vocab * sizeof *l);
+    if (g && l) {
+        for (uint32_t i = 0; i < n_vocab; i++)
+            l[i] = 1;
+        CHECK_ST(mvm_grammar_apply(g, l, n_vocab), MVM_OK);
+        uint32_t masked = 0;
+        for (uint32_t i = 0; i < n_vocab; i++)
+            masked += !(l[i] > -INFINITY) + !mvm_grammar_allows(g, (int32_t)i);
+        CHECK(masked == 0);
+        int32_t text[8];
+        CHECK_ST(mvm_engine_tokenize(engine, "Hi 42", 5, 0, 0, text, 8, &k), MVM_OK);
+        for (size_t i = 0; i < k; i++)
+            CHECK_ST(mvm_grammar_accept(g, text[i]), MVM_OK);
+        CHECK_ST(mvm_grammar_accept(g, id[0]), MVM_OK);
+        CHECK(!mvm_grammar_allows(g, id[0]) && !mvm_grammar_allows(g, text[k - 1]));
+        CHECK_ST(mvm_grammar_apply(g, l, n_vocab), MVM_OK);
+        CHECK(!(l[id[0]] > -INFINITY));
+    }
+    free(l);
+    mvm_grammar_free(g);
 }
 
 static void test_vocabulary(void)
@@ -314,6 +408,7 @@ int main(void)
     RUN(test_parse_errors);
     RUN(test_sentences);
     RUN(test_state);
+    RUN(test_lazy);
     char path[] = "/tmp/test_grammar_XXXXXX";
     int fd = mkstemp(path);
     mvm_model_spec spec = mvm_preset_find("tiny", "qwen3moe")->spec;
@@ -328,6 +423,7 @@ int main(void)
     if (engine) {
         n_vocab = mvm_engine_n_vocab(engine);
         RUN(test_vocabulary);
+        RUN(test_control_tokens);
     }
     mvm_engine_free(engine);
     unlink(path);

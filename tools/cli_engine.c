@@ -249,13 +249,10 @@ uint32_t mvm_cli_reply_markers(const mvm_engine *e, int32_t *ids, uint32_t cap)
 size_t mvm_cli_reply_piece(const mvm_engine *e, int32_t id, const int32_t *keep,
                            uint32_t n_keep, char *buf, size_t cap)
 {
-    size_t n = mvm_engine_token_piece(e, id, buf, cap);
-    for (uint32_t k = 0; n == 0 && k < n_keep; k++)
-        if (keep[k] == id) {
-            const char *t = mvm_engine_token_text(e, id);
-            n = t ? strlen(t) : 0;
-            if (n)
-                memcpy(buf, t, n < cap ? n : cap);
-        }
+    int kept = 0;
+    for (uint32_t k = 0; k < n_keep; k++)
+        kept |= keep[k] == id;
+    const size_t n = kept ? mvm_engine_token_piece_special(e, id, buf, cap)
+                          : mvm_engine_token_piece(e, id, buf, cap);
     return n < cap ? n : cap;
 }

@@ -318,6 +318,11 @@ size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t
     return e->tok ? mvm_tokenizer_piece(e->tok, id, buf, cap) : 0;
 }
 
+size_t mvm_engine_token_piece_special(const mvm_engine *e, int32_t id, char *buf, size_t cap)
+{
+    return e->tok ? mvm_tokenizer_piece_special(e->tok, id, buf, cap) : 0;
+}
+
 int mvm_engine_is_eog(const mvm_engine *e, int32_t id)
 {
     return e->tok && mvm_tokenizer_is_eog(e->tok, id);

@@ -90,5 +90,10 @@ cJSON *mvm_chat_reply_parse(const mvm_chat_reply_opts *o, const char *text, size
 int mvm_chat_tool_grammar(mvm_chat_syntax s, const cJSON *tool_list, const char *only,
                           int parallel, int thinking_open, char **gbnf, char *bad,
                           size_t cap);
+/* The word a forcible syntax's calls begin with ("<tool_call>"), NULL for the others:
+ * made a lazy grammar's trigger (mvm_grammar_set_lazy), the grammar above (without an
+ * opened reasoning block) holds a reply to its tools once the model starts a call on its
+ * own, as llama.cpp does under tool_choice "auto". */
+const char *mvm_chat_tool_trigger(mvm_chat_syntax s);
 
 #endif

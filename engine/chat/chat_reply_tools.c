@@ -23,6 +23,17 @@ int mvm_chat_syntax_forcible(mvm_chat_syntax s)
            s == MVM_CHAT_MISTRAL;
 }
 
+const char *mvm_chat_tool_trigger(mvm_chat_syntax s)
+{
+    switch (s) {
+    case MVM_CHAT_HERMES: return "<tool_call>";
+    case MVM_CHAT_DEEPSEEK_V31: return "<｜tool▁calls▁begin｜>";
+    case MVM_CHAT_KIMI_K2: return "<|tool_calls_section_begin|>";
+    case MVM_CHAT_MISTRAL: return "[TOOL_CALLS]";
+    default: return NULL;
+    }
+}
+
 typedef struct text {
     char *p;
     size_t n, cap;

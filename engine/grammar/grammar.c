@@ -8,8 +8,12 @@
  *
  * The vocabulary is decoded once an engine (grammar_vocab.c): each token's code points (a
  * token whose bytes end inside a character keeps the partial character). Tokens that end
- * a reply are allowed only where the grammar is complete; tokens without text (control
- * tokens) and tokens holding a NUL byte never are.
+ * a reply are allowed only where the grammar is complete; tokens without text and tokens
+ * holding a NUL byte never are.
+ *
+ * A lazy grammar (mvm_grammar_set_lazy) allows everything and only watches the text
+ * (grammar_lazy.c) until a trigger word shows; then the state advances over the text from
+ * the word on, and constrains from there.
  */
 #include "engine/grammar/grammar.h"
 
@@ -25,6 +29,7 @@ struct mvm_grammar {
     gr_stacks stacks;
     gr_partial part;    /* a character the text so far ends inside of */
     const gr_vocab *v;  /* the engine's; NULL for a grammar made by mvm_grammar_parse */
+    gr_lazy *lazy;      /* waiting for a trigger word; NULL: constraining */
 };
 
 /* A token being matched: its code points from cp on (0: all matched). */
@@ -131,6 +136,7 @@ void mvm_grammar_free(mvm_grammar *g)
         return;
     gr_rules_free(&g->rules);
     gr_stacks_free(&g->stacks);
+    gr_lazy_free(g->lazy);
     free(g);
 }
 
@@ -153,6 +159,8 @@ mvm_status mvm_grammar_parse(const char *gbnf, mvm_grammar **out)
 
 int mvm_grammar_complete(const mvm_grammar *g)
 {
+    if (g->lazy) /* no sentence begun: the text may end anywhere */
+        return 1;
     if (g->part.n_remain != 0)
         return 0;
     for (uint32_t i = 0; i < g->stacks.n; i++)
@@ -163,7 +171,7 @@ int mvm_grammar_complete(const mvm_grammar *g)
 
 int mvm_grammar_finished(const mvm_grammar *g)
 {
-    return g->stacks.n == 1 && g->stacks.at[0].len == 0 && g->part.n_remain == 0;
+    return !g->lazy && g->stacks.n == 1 && g->stacks.at[0].len == 0 && g->part.n_remain == 0;
 }
 
 /* Moves the state over code points cp[0..n) and then the partial character end; 0 (the
@@ -202,18 +210,59 @@ static int advance_text(mvm_grammar *g, const uint32_t *cp, uint32_t n, gr_parti
     return rc;
 }
 
-int mvm_grammar_accept_text(mvm_grammar *g, const char *text, size_t len)
+/* Advances the state over text[0..len): 1, 0 (refused, the state as it was), -1 (no
+ * memory). */
+static int take_text(mvm_grammar *g, const char *text, size_t len)
 {
     if (memchr(text, 0, len))
         return 0;
     uint32_t *cp = malloc((len + 1) * sizeof *cp);
     if (!cp)
-        return 0;
+        return -1;
     gr_partial end;
     uint32_t n = gr_decode(text, len, g->part, cp, &end);
     int rc = advance_text(g, cp, n, end);
     free(cp);
-    return rc == 1;
+    return rc;
+}
+
+/* A lazy grammar watches text[0..len); once a trigger word shows, the state takes the text
+ * from it on and the grammar constrains. 0, or -1 without memory. */
+static int watch(mvm_grammar *g, const char *text, size_t len)
+{
+    const char *from;
+    size_t n;
+    int rc = gr_lazy_watch(g->lazy, text, len, &from, &n);
+    while (rc == 1) {
+        if ((rc = take_text(g, from, n)) == 1) {
+            gr_lazy_free(g->lazy);
+            g->lazy = NULL;
+            return 0;
+        }
+        if (rc < 0)
+            return -1;
+        gr_lazy_skip(g->lazy);
+        rc = gr_lazy_watch(g->lazy, NULL, 0, &from, &n);
+    }
+    return rc;
+}
+
+int mvm_grammar_accept_text(mvm_grammar *g, const char *text, size_t len)
+{
+    if (g->lazy)
+        return watch(g, text, len) == 0;
+    return take_text(g, text, len) == 1;
+}
+
+mvm_status mvm_grammar_set_lazy(mvm_grammar *g, const mvm_grammar_triggers *t)
+{
+    gr_lazy *l = NULL;
+    mvm_status st = gr_lazy_new(t, &l);
+    if (st == MVM_OK) {
+        gr_lazy_free(g->lazy);
+        g->lazy = l;
+    }
+    return st;
 }
 
 void gr_bind(mvm_grammar *g, const gr_vocab *v)
@@ -242,7 +291,11 @@ static cand candidate(const mvm_grammar *g, uint32_t id, uint32_t *buf)
 int mvm_grammar_allows(const mvm_grammar *g, int32_t id)
 {
     const gr_vocab *v = g->v;
-    if (!v || id < 0 || (uint32_t)id >= v->n || v->kind[id] == GR_TOK_NEVER)
+    if (!v || id < 0 || (uint32_t)id >= v->n)
+        return 0;
+    if (g->lazy)
+        return 1;
+    if (v->kind[id] == GR_TOK_NEVER)
         return 0;
     if (v->kind[id] == GR_TOK_EOG)
         return mvm_grammar_complete(g);
@@ -262,6 +315,8 @@ mvm_status mvm_grammar_apply(const mvm_grammar *g, float *logits, uint32_t n)
     const gr_vocab *v = g->v;
     if (!v)
         return mvm_fail(MVM_ERR_INVALID, "grammar: not bound to a vocabulary");
+    if (g->lazy)
+        return MVM_OK;
     const int eog_ok = mvm_grammar_complete(g);
     cands in = {0}, rej = {0};
     uint32_t *buf = NULL, at = 0;
@@ -292,6 +347,10 @@ mvm_status mvm_grammar_accept(mvm_grammar *g, int32_t id)
 {
     const gr_vocab *v = g->v;
     const int kind = v && id >= 0 && (uint32_t)id < v->n ? v->kind[id] : GR_TOK_NEVER;
+    if (g->lazy && v && id >= 0 && (uint32_t)id < v->n)
+        return kind == GR_TOK_EOG ||
+               watch(g, v->bytes + v->byte_off[id], piece_len(v, (uint32_t)id)) == 0
+                   ? MVM_OK : mvm_fail(MVM_ERR_NOMEM, "grammar: no memory");
     if (kind == GR_TOK_EOG && mvm_grammar_complete(g))
         return MVM_OK; /* the sentence is complete; the state stays */
     if (kind != GR_TOK_TEXT)

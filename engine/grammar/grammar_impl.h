@@ -67,6 +67,18 @@ void gr_vocab_free(gr_vocab *v);
 /* Binds grammar g (grammar.c) to vocabulary v. */
 void gr_bind(mvm_grammar *g, const gr_vocab *v);
 
+/* A lazy grammar's watch for its trigger words (grammar_lazy.c). */
+typedef struct gr_lazy gr_lazy;
+/* From t (copied); MVM_ERR_INVALID for no words, an empty one, or half a quiet block. */
+mvm_status gr_lazy_new(const mvm_grammar_triggers *t, gr_lazy **out);
+void gr_lazy_free(gr_lazy *l);
+/* Watches text[0..n) after what came before: 1 when a trigger word has appeared, with
+ * *from[0..*len) the text from its first byte on (l's, valid until the next call); 0 while
+ * none has; -1 without memory. */
+int gr_lazy_watch(gr_lazy *l, const char *text, size_t n, const char **from, size_t *len);
+/* The trigger last found was refused (what follows it is no sentence): looks past it. */
+void gr_lazy_skip(gr_lazy *l);
+
 /* Parses GBNF text; MVM_ERR_INVALID naming the line and column of the fault. */
 mvm_status gr_parse(const char *src, gr_rules *out);
 void gr_rules_free(gr_rules *r);

@@ -1,7 +1,9 @@
 /*
  * A vocabulary as grammars match it (grammar_impl.h): each token's bytes as
- * mvm_engine_token_piece gives them, decoded once into code points. The engine keeps one
- * for all its grammars (engine/api/engine.c's mvm_grammar_create).
+ * mvm_engine_token_piece_special gives them (a control token's text too, as llama.cpp's
+ * grammars see it: a grammar's "<|tool_call_begin|>" is that token), decoded once into
+ * code points. The engine keeps one for all its grammars (engine/api/engine.c's
+ * mvm_grammar_create).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +21,14 @@ void gr_vocab_free(gr_vocab *v)
     free(v);
 }
 
-/* Each token's bytes, as mvm_engine_token_piece gives them, into v. */
+/* Each token's bytes, as mvm_engine_token_piece_special gives them, into v. */
 static mvm_status vocab_bytes(const mvm_engine *e, gr_vocab *v)
 {
     size_t total = 0, cap = 1 << 16;
     if (!(v->bytes = malloc(cap)))
         return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory for the vocabulary");
     for (uint32_t id = 0; id < v->n; id++) {
-        size_t len = mvm_engine_token_piece(e, (int32_t)id, NULL, 0);
+        size_t len = mvm_engine_token_piece_special(e, (int32_t)id, NULL, 0);
         if (total + len > UINT32_MAX / 2)
             return mvm_fail(MVM_ERR_NOMEM, "grammar: a vocabulary of over 2 GiB of text");
         if (total + len > cap) {
@@ -37,7 +39,7 @@ static mvm_status vocab_bytes(const mvm_engine *e, gr_vocab *v)
                 return mvm_fail(MVM_ERR_NOMEM, "grammar: no memory for the vocabulary");
             v->bytes = b;
         }
-        mvm_engine_token_piece(e, (int32_t)id, v->bytes + total, len);
+        mvm_engine_token_piece_special(e, (int32_t)id, v->bytes + total, len);
         v->byte_off[id] = (uint32_t)total;
         v->kind[id] = mvm_engine_is_eog(e, (int32_t)id)                  ? GR_TOK_EOG
                     : len == 0 || memchr(v->bytes + total, 0, len) ? GR_TOK_NEVER : GR_TOK_TEXT;

@@ -43,7 +43,7 @@ static void unmap_bytes(const char *s, size_t n, char *buf, size_t cap, size_t *
     }
 }
 
-size_t mvm_tokenizer_piece(const mvm_tokenizer *t, int32_t id, char *buf, size_t cap)
+static size_t piece(const mvm_tokenizer *t, int32_t id, int special, char *buf, size_t cap)
 {
     if (id < 0 || (uint32_t)id >= t->text.n)
         return 0;
@@ -66,8 +66,22 @@ size_t mvm_tokenizer_piece(const mvm_tokenizer *t, int32_t id, char *buf, size_t
             put(buf, cap, &pos, &c, 1);
         }
         break;
-    default: /* control, unknown, unused, undefined: nothing, as llama.cpp */
+    case MVM_TOKEN_CONTROL:
+        if (special)
+            put(buf, cap, &pos, s, n);
+        break;
+    default: /* unknown, unused, undefined: nothing, as llama.cpp */
         break;
     }
     return pos;
+}
+
+size_t mvm_tokenizer_piece(const mvm_tokenizer *t, int32_t id, char *buf, size_t cap)
+{
+    return piece(t, id, 0, buf, cap);
+}
+
+size_t mvm_tokenizer_piece_special(const mvm_tokenizer *t, int32_t id, char *buf, size_t cap)
+{
+    return piece(t, id, 1, buf, cap);
 }

@@ -151,5 +151,8 @@ mvm_status mvm_tokenizer_encode_special(const mvm_tokenizer *t, const char *text
  * which SentencePiece cannot tell from an escaped space.
  */
 size_t mvm_tokenizer_piece(const mvm_tokenizer *t, int32_t id, char *buf, size_t cap);
+/* The same with a CONTROL token's text ("<|im_start|>"), as llama.cpp's token_to_piece
+ * with special set: what grammars match a token against. */
+size_t mvm_tokenizer_piece_special(const mvm_tokenizer *t, int32_t id, char *buf, size_t cap);
 
 #endif

@@ -102,6 +102,10 @@ mvm_status mvm_engine_tokenize(const mvm_engine *e, const char *text, size_t len
 /* The bytes of token id into buf[0..cap) (no NUL); returns the full length. Control tokens
  * give nothing. */
 size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t cap);
+/* The same with a control token's text ("<|im_start|>"): llama_token_to_piece's special,
+ * what a grammar matches a token against (so that a grammar's "<|im_start|>" is that
+ * token, as in llama.cpp). */
+size_t mvm_engine_token_piece_special(const mvm_engine *e, int32_t id, char *buf, size_t cap);
 /* Whether id ends a reply (EOS, end of turn). */
 int mvm_engine_is_eog(const mvm_engine *e, int32_t id);
 /* Sets the logits of every end-of-generation token to -infinity, so that a reply runs to
@@ -243,7 +247,7 @@ float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t 
  * into one. As llama.cpp does: the sampler draws as usual, and only when the token drawn
  * does not fit does it mask every token that does not and draw again from the same
  * distribution; an end-of-generation token fits only where the grammar is complete; a
- * control token never fits.
+ * control token fits by its text (mvm_engine_token_piece_special).
  */
 typedef struct mvm_grammar mvm_grammar;
 
@@ -270,6 +274,21 @@ mvm_status mvm_grammar_accept(mvm_grammar *g, int32_t id);
 /* Whether the grammar is finished: nothing but an end-of-generation token may follow, so a
  * caller that masks those (--ignore-eos) stops here. */
 int mvm_grammar_finished(const mvm_grammar *g);
+
+/* A lazy grammar's triggers (mvm_grammar_set_lazy). */
+typedef struct mvm_grammar_triggers {
+    const char *const *words; /* the words that start the grammar's sentence */
+    size_t n_words;
+    const char *quiet_open;   /* words between these do not count (a reasoning block: */
+    const char *quiet_close;  /* "<think>", "</think>"); NULL, NULL: none */
+    int quiet_start;          /* the text starts inside that block (the prompt opened it) */
+} mvm_grammar_triggers;
+/* Makes g lazy, as llama.cpp's lazy grammars (how a chat's tool calls are held to their
+ * tools under tool_choice "auto"): every token fits, and is only watched, until the text of
+ * those accepted shows a trigger word; from that word's first byte on, the text is held to
+ * g, whose sentences begin with one. A word whose sequel g refuses (in the same token) is
+ * passed over. Before the first token; MVM_ERR_INVALID for no words or an empty one. */
+mvm_status mvm_grammar_set_lazy(mvm_grammar *g, const mvm_grammar_triggers *t);
 
 /* Constrains s's draws to g (borrowed: it must outlive its use; NULL: no constraint) and
  * advances g past each token drawn. A draw where no token fits returns -1.

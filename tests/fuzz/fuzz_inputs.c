@@ -24,7 +24,9 @@
  *      message, and each is compared with logits, whatever its floats hold;
  *   8  a GBNF grammar (engine/grammar/), then after a 0xFF byte a text: what parses matches
  *      the text whole or in pieces alike (a step refused leaves the state as it was), and
- *      what fails says why;
+ *      what fails says why; made lazy (an input of odd length), it takes every byte until a
+ *      trigger word shows outside its quiet block, where a plain scan finds it, and from
+ *      there on matches as the grammar does;
  *   9  a JSON Schema (engine/grammar/json_schema.c): what converts is a grammar that
  *      parses; what fails says why.
  * A broken promise traps, so libFuzzer reports it like a crash.
@@ -307,6 +309,47 @@ static void kld_base(const uint8_t *data, size_t size)
     mvm_kld_close(&k, 1);
 }
 
+/* Where the first of the words "<t>" and "{" starts in text[0..len) outside <q>...</q>
+ * (quiet: the text starts inside one), by a plain scan of the whole; len when none. */
+static size_t first_trigger(const char *text, size_t len, int quiet)
+{
+    for (size_t i = 0; i < len;) {
+        const char *p = text + i;
+        const size_t n = len - i;
+        if (quiet) {
+            quiet = !(n >= 4 && !memcmp(p, "</q>", 4));
+            i += quiet ? 1 : 4;
+        } else if (*p == '{' || (n >= 3 && !memcmp(p, "<t>", 3))) {
+            return i;
+        } else {
+            quiet = n >= 3 && !memcmp(p, "<q>", 3);
+            i += quiet ? 3 : 1;
+        }
+    }
+    return len;
+}
+
+/* gbnf made lazy on "<t>" and "{" fed text[0..len) byte by byte, against first_trigger
+ * and the grammar itself fed the text from there. */
+static void lazy_text(const char *gbnf, const char *text, size_t len, int quiet)
+{
+    static const char *const words[] = {"<t>", "{"};
+    mvm_grammar *lazy = NULL, *from = NULL;
+    require(mvm_grammar_parse(gbnf, &lazy) == MVM_OK && mvm_grammar_parse(gbnf, &from) == MVM_OK);
+    require(mvm_grammar_set_lazy(lazy, &(mvm_grammar_triggers){words, 2, "<q>", "</q>", quiet}) ==
+            MVM_OK);
+    int all = 1;
+    for (size_t i = 0; i < len; i++)
+        all &= mvm_grammar_accept_text(lazy, text + i, 1);
+    const size_t k = first_trigger(text, len, quiet);
+    if (k == len)
+        require(all && mvm_grammar_complete(lazy) && !mvm_grammar_finished(lazy));
+    else if (mvm_grammar_accept_text(from, text + k, len - k))
+        require(all && mvm_grammar_complete(lazy) == mvm_grammar_complete(from));
+    mvm_grammar_free(lazy);
+    mvm_grammar_free(from);
+}
+
 static void gbnf_text(const uint8_t *data, size_t size)
 {
     const uint8_t *cut = memchr(data, 0xFF, size);
@@ -329,6 +372,8 @@ static void gbnf_text(const uint8_t *data, size_t size)
         all &= mvm_grammar_accept_text(steps, text + i, 1);
     if (len <= 4096)
         require(ok == all && (!ok || mvm_grammar_complete(whole) == mvm_grammar_complete(steps)));
+    if (size % 2 && len <= 4096)
+        lazy_text(src, text, len, size % 4 == 3);
     mvm_grammar_free(whole);
     mvm_grammar_free(steps);
     free(src);

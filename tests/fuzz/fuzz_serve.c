@@ -87,6 +87,12 @@ size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t
     return 1;
 }
 
+/* no control tokens: the same */
+size_t mvm_engine_token_piece_special(const mvm_engine *e, int32_t id, char *buf, size_t cap)
+{
+    return mvm_engine_token_piece(e, id, buf, cap);
+}
+
 uint32_t mvm_engine_n_vocab(const mvm_engine *e)
 {
     (void)e;

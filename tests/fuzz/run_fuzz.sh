@@ -74,6 +74,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
     "$root/engine/tokenizer/tok_unicode.c" "$root"/engine/chat/jinja*.c \
     "$root/engine/grammar/gbnf.c" "$root/engine/grammar/stacks.c" "$root/engine/grammar/grammar.c" \
+    "$root/engine/grammar/grammar_lazy.c" \
     "$root"/engine/grammar/json_schema*.c $cjson -lm -lpthread \
     -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
@@ -125,6 +126,10 @@ sys.stdout.buffer.write(b"_logits_" + struct.pack("<3i", 3, 5, 2) +
 printf 'root ::= obj\nobj ::= "{" ws (str ":" ws val ("," ws str ":" ws val)*)? "}"\nval ::= obj | str | [0-9]{1,3} | ("true" | "false")\nstr ::= "\\"" [^"\\\\\\x00-\\x1f]* "\\""\nws ::= [ \\t\\n]{0,4} # spaces\n\377{"a": {"b": true}, "c": 12}' |
     seed 8 grammar-json
 printf 'root ::= ("\\u00e9" | [^a-c] | .)+ "\\U0001F600"?\n\377\xc3\xa9x\xf0\x9f\x98' | seed 8 grammar-utf8
+# lazy (odd lengths; the second starts quiet): a trigger in the quiet block, the sentence
+# after one outside it
+printf 'root ::= ("{" | "<t>") [a-z]* "}"\n\377ab<q>{x</q>c<t{ab}' | seed 8 grammar-lazy
+printf 'root ::= "<t>" [0-9]+\n\377<t>x</q><t>1' | seed 8 grammar-lazy-quiet
 printf '%s' '{"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}, "s": {"type": "string", "maxLength": 4}, "e": {"enum": ["a", 1, null]}, "l": {"type": "array", "items": {"$ref": "#/$defs/x"}, "minItems": 1}}, "required": ["n"], "$defs": {"x": {"anyOf": [{"type": "boolean"}, {"type": "number"}]}}}' |
     seed 9 schema
 
