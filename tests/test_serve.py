@@ -185,6 +185,16 @@ def llama_api(s, arch):
           body["timings"]["predicted_n"] == body["tokens_predicted"] and
           body["timings"]["prompt_n"] + body["timings"]["cache_n"] == body["tokens_evaluated"],
           f"{arch}: /completion {body}")
+    # logit_bias, llama.cpp's shape and OpenAI's: a token pushed up is every token; the
+    # greedy reply's first token banned comes nowhere
+    first = body["tokens"][0]
+    status, pushed = s.post("/completion", dict(ask, n_predict=4, return_tokens=True,
+                                                logit_bias=[[first, 100]]))
+    check(status == 200 and pushed["tokens"] == [first] * 4, f"{arch}: logit_bias +100 {pushed}")
+    status, banned = s.post("/completion", dict(ask, return_tokens=True,
+                                                logit_bias={str(first): False}))
+    check(status == 200 and banned["tokens"] and first not in banned["tokens"],
+          f"{arch}: logit_bias false {banned}")
     status, plain = s.post("/completion", ask)
     check(status == 200 and plain["content"] == text and plain["tokens"] == [] and
           plain["tokens_cached"] > 0, f"{arch}: /completion again, cached: {plain}")
@@ -593,7 +603,8 @@ def streamed_calls(events):
 def tools(s, arch):
     """OpenAI's tools: described to the model by its template, earlier calls in the history,
     calls forced by `tool_choice` (at temperature 1: the grammar makes them valid), whole and
-    streamed; the reasoning of a model whose prompt opens it, apart from the content."""
+    streamed, and held to their tools under "auto" once begun; the reasoning of a model whose
+    prompt opens it, apart from the content."""
     status, body = s.post("/apply-template", {"messages": MSGS, "tools": TOOLS})
     check(status == 200 and ("get_weather" in body["prompt"]) == (arch in TOOL_TEMPLATES),
           f"{arch}: the template describes the tools: {status} {body}")

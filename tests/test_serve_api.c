@@ -13,11 +13,13 @@
  * (the CLI makes the tiny model whose tokenizer and chat template the reader uses)
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "engine/grammar/grammar.h"
 #include "tools/serve_api.h"
 
 static const char *const seeds[] = {
@@ -31,7 +33,8 @@ static const char *const seeds[] = {
     "{\"prompt\": [\"a\"], \"n\": 1}",
     "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}], \"stream\": false}",
     "{\"prompt\": [5, \"Once\", 7], \"n_predict\": 3, \"id_slot\": 1, \"cache_prompt\": false, "
-    "\"return_tokens\": true, \"repeat_last_n\": -1, \"n_probs\": 4, \"grammar\": \"\"}",
+    "\"return_tokens\": true, \"repeat_last_n\": -1, \"n_probs\": 4, \"grammar\": \"\", "
+    "\"logit_bias\": [[5, false], [\"a\", 1.5]]}",
 };
 
 /* Fragments a mutation splices in: structure, wrong types, extremes, escapes, field names. */
@@ -293,6 +296,97 @@ static void test_several_prompts(const serve_api *a)
         serve_req_release(r[0]);
 }
 
+/* logit_bias in OpenAI's shape and llama.cpp's: ids, texts (each of their tokens), false;
+ * a request's n replies each carry it; a token outside the vocabulary or a bad shape is a
+ * 400 naming the field. */
+static void test_logit_bias(const serve_api *a)
+{
+    int32_t once[8];
+    size_t n_once = 0;
+    CHECK_ST(mvm_engine_tokenize(a->e, "Once upon", 9, 0, 0, once, 8, &n_once), MVM_OK);
+    static const char obj[] = "{\"prompt\": \"x\", \"n\": 2, \"logit_bias\": {\"5\": 2.5, "
+                              "\"Once upon\": -1}}";
+    serve_req *r[2] = {0};
+    int status = 0;
+    char *error = NULL;
+    uint32_t n = serve_api_requests(a, SERVE_COMPLETION, obj, sizeof obj - 1, r, 2, &status,
+                                    &error);
+    CHECK(n == 2 && !error);
+    for (uint32_t i = 0; i < n; i++) {
+        CHECK(r[i]->n_bias == 1 + n_once && r[i]->bias[0].id == 5 &&
+              r[i]->bias[0].bias == 2.5f && (i == 0 || r[i]->bias != r[0]->bias));
+        for (size_t k = 0; k < n_once && r[i]->n_bias == 1 + n_once; k++)
+            CHECK(r[i]->bias[1 + k].id == once[k] && r[i]->bias[1 + k].bias == -1);
+        serve_req_release(r[i]);
+    }
+    static const char arr[] = "{\"prompt\": \"x\", \"logit_bias\": [[7, false], "
+                              "[\"Once upon\", 3]]}";
+    serve_req *q = serve_api_request(a, SERVE_LLAMA, arr, sizeof arr - 1, &status, &error);
+    CHECK(q && q->n_bias == 1 + n_once && q->bias[0].id == 7 && isinf(q->bias[0].bias) &&
+          q->bias[0].bias < 0 && q->bias[1].id == once[0] && q->bias[1].bias == 3);
+    serve_req_release(q);
+    static const struct { const char *body; const char *says; } bad[] = {
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"99999999\": 1}}", "token 99999999 is not"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[-3, 1]]}", "token -3 is not"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[1.5, 1]]}", "token 1.5 is not"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"up\"}}", "'logit_bias' must be"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[5]]}", "'logit_bias' must be"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[5, true]]}", "'logit_bias' must be"},
+        {"{\"prompt\": \"x\", \"logit_bias\": 3}", "'logit_bias' must be"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        error = NULL;
+        q = serve_api_request(a, SERVE_COMPLETION, bad[i].body, strlen(bad[i].body), &status,
+                              &error);
+        CHECK(!q && status == 400 && error && strstr(error, bad[i].says));
+        if (q || !error || !strstr(error, bad[i].says))
+            fprintf(stderr, "  %s: %s\n", bad[i].body, error ? error : "-");
+        serve_req_release(q), free(error);
+    }
+}
+
+/* A chat's tools under "auto": a lazy grammar lets the reply be anything until the
+ * syntax's call begins (this preset's: Hermes), then holds the call to the tools; "none"
+ * and a request's own grammar make none, "required" one that is not lazy. */
+static void test_lazy_tools(const serve_api *api)
+{
+    serve_api wide = *api; /* the tools' description is longer than the other prompts */
+    wide.n_ctx = 1024;
+    const serve_api *a = &wide;
+    static const char *const choice[] = {"", ", \"tool_choice\": \"none\"",
+                                         ", \"tool_choice\": \"required\"",
+                                         ", \"grammar\": \"root ::= [a-z]+\""};
+    for (size_t i = 0; i < sizeof choice / sizeof *choice; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": "
+                 "\"hi\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+                 "\"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"n\": "
+                 "{\"type\": \"integer\"}}, \"required\": [\"n\"]}}}]%s}", choice[i]);
+        int status = 0;
+        char *error = NULL;
+        serve_req *r = serve_api_request(a, SERVE_CHAT, body, strlen(body), &status, &error);
+        CHECK(r && !error);
+        if (!r) {
+            fprintf(stderr, "  %s: %s\n", body, error ? error : "-");
+            free(error);
+            continue;
+        }
+        CHECK(r->lazy_call == (i == 0) && (r->grammar != NULL) == (i != 1));
+        static const char call[] = "\n{\"name\": \"f\", \"arguments\": {\"n\": 3}}\n"
+                                   "</tool_call>";
+        if (i == 0) {
+            CHECK(mvm_grammar_accept_text(r->grammar, "Let me see. <tool", 17));
+            CHECK(mvm_grammar_accept_text(r->grammar, "_call>", 6));
+            CHECK(!mvm_grammar_accept_text(r->grammar, "\n{\"name\": \"g\"", 14));
+            CHECK(mvm_grammar_accept_text(r->grammar, call, sizeof call - 1) &&
+                  mvm_grammar_finished(r->grammar));
+        }
+        if (i == 2)
+            CHECK(!mvm_grammar_accept_text(r->grammar, "Let me", 6));
+        serve_req_release(r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -341,6 +435,8 @@ int main(int argc, char **argv)
     test_reply_bytes(&a);
     test_prompt_shapes(argv[1], argv[2]);
     test_several_prompts(&a);
+    test_logit_bias(&a);
+    test_lazy_tools(&a);
 
     /* their mutations, each body read as every route */
     enum { ROUNDS = 20000, CAP = 4096 };

@@ -32,6 +32,12 @@
 /* The control tokens a chat's reply shows as text (its syntax's markup, chat_reply.h). */
 #define SERVE_MAX_KEEP 16
 
+/* A logit_bias entry (serve_bias.c). */
+typedef struct serve_bias {
+    int32_t id;
+    float bias;       /* added to the logit; -infinity: never sampled */
+} serve_bias;
+
 typedef struct serve_logprob {
     int32_t id;
     float logprob;    /* of the model's distribution (mvm_sampler_logprobs) */
@@ -59,11 +65,14 @@ typedef struct serve_req {
     mvm_grammar *grammar;     /* the replies' constraint (its own), or NULL */
     char *stop[SERVE_MAX_STOP];
     uint32_t n_stop;
+    serve_bias *bias;         /* logit_bias's entries, n_bias of them */
+    uint32_t n_bias, cap_bias;
     /* a chat's reply read back into reasoning, content and tool calls (serve_tools.c) */
     int parse_reply;
     mvm_chat_reply_opts reply; /* its tool_list is `tools` */
     cJSON *tools;             /* the request's (its own copy); NULL: none */
     int force_call;           /* tool_choice "required" or a function: a grammar makes one */
+    int lazy_call;            /* "auto": a lazy grammar holds a call the model starts */
     char *force_name;         /* that function; NULL: any of the tools */
     int parallel_calls;       /* parallel_tool_calls: a forced reply may make several */
     int32_t keep[SERVE_MAX_KEEP]; /* control tokens whose texts the reply keeps: the syntax's */

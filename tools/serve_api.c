@@ -1,6 +1,6 @@
 /*
  * The OpenAI API's JSON (serve_api.h). Fields the server does not use (presence_penalty,
- * logit_bias, user, ...) are accepted and ignored, as llama.cpp's server does, so that
+ * user, ...) are accepted and ignored, as llama.cpp's server does, so that
  * clients sending them work; the fields it does use are checked, and a wrong type or range
  * is a 400 naming the field.
  */
@@ -290,7 +290,7 @@ static serve_req *sibling(const serve_req *r)
     c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
     c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
     c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;
-    if (serve_tools_copy(r, c)) {
+    if (serve_tools_copy(r, c) || serve_bias_copy(r, c)) {
         serve_req_release(c);
         return NULL;
     }
@@ -400,10 +400,12 @@ static int slot_fields(const serve_api *a, const cJSON *body, serve_req *r, char
     return 0;
 }
 
-/* The grammar of a forced tool call, made for r's prompt. */
+/* The grammar of a forced tool call, or the lazy one of a call the reply may make, made
+ * for r's prompt. */
 static int bind_tools(const serve_api *a, serve_req *r, char *bad, size_t cap)
 {
-    if (!r->force_call) {
+    r->lazy_call &= !r->grammar; /* the server's --grammar stands */
+    if (!r->force_call && !r->lazy_call) {
         /* a grammar's sentence is the whole reply, not the rest of the reasoning that the
          * prompt opened */
         if (r->grammar)
@@ -411,8 +413,10 @@ static int bind_tools(const serve_api *a, serve_req *r, char *bad, size_t cap)
         return 0;
     }
     char *gbnf = serve_tools_grammar(r, bad, cap);
-    const int rc = gbnf ? serve_grammar_bind(a, gbnf, r, bad, cap) : -1;
+    int rc = gbnf ? serve_grammar_bind(a, gbnf, r, bad, cap) : -1;
     free(gbnf);
+    if (!rc && r->lazy_call)
+        rc = serve_tools_lazy(r, bad, cap);
     return rc;
 }
 
@@ -438,6 +442,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
          !logprobs(root, r, bad, sizeof bad) &&
          !serve_grammar_text(a, root, &gbnf, bad, sizeof bad) &&
+         !serve_bias_read(a, root, r, bad, sizeof bad) &&
          (kind != SERVE_CHAT || !serve_tools_read(a, root, r, bad, sizeof bad));
     if (ok && r->force_call) /* its own grammar, made once the prompt is known */
         free(gbnf), gbnf = NULL;

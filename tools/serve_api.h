@@ -66,6 +66,15 @@ int serve_grammar_text(const serve_api *a, const cJSON *body, char **gbnf, char 
 int serve_grammar_bind(const serve_api *a, const char *gbnf, serve_req *r, char *bad,
                        size_t cap);
 
+/* ---- logit_bias (serve_bias.c) ---- */
+
+/* The body's `logit_bias` into r; -1 with a message in bad (a shape it cannot be, a token
+ * outside the vocabulary). */
+int serve_bias_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
+                    size_t cap);
+/* Those of `from` into `to` (a sibling request); -1 without memory. */
+int serve_bias_copy(const serve_req *from, serve_req *to);
+
 /* ---- a chat's tools and its reply's parts (serve_tools.c) ---- */
 
 /* What a stream has sent of a chat's parsed reply: bytes of its reasoning and content, and
@@ -81,9 +90,13 @@ int serve_tools_read(const serve_api *a, const cJSON *body, serve_req *r, char *
                      size_t cap);
 /* Those of `from` into `to` (a sibling request); -1 without memory. */
 int serve_tools_copy(const serve_req *from, serve_req *to);
-/* The GBNF that forces r's call (malloc'd), once r->reply.thinking_open is known; NULL
- * when r forces none, or with a message in bad when it cannot be made. */
+/* The GBNF that forces r's call, or holds the one it may make (r->lazy_call), malloc'd,
+ * once r->reply.thinking_open is known; NULL when r has neither, or with a message in bad
+ * when it cannot be made. */
 char *serve_tools_grammar(const serve_req *r, char *bad, size_t cap);
+/* Makes r's grammar (serve_tools_grammar's, bound) lazy: it holds the reply from the
+ * syntax's call on, a call begun outside the reasoning block (r->lazy_call). */
+int serve_tools_lazy(serve_req *r, char *bad, size_t cap);
 /* The template's variables (vars) for body: its `tools`; the string arguments of the calls
  * in its `messages` made objects in place. -1 without memory. */
 int serve_tools_template_vars(cJSON *body, cJSON *vars);

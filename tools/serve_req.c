@@ -39,6 +39,7 @@ void serve_req_release(serve_req *r)
     mvm_grammar_free(r->grammar);
     cJSON_Delete(r->tools);
     free(r->force_name);
+    free(r->bias);
     free(r);
 }
 

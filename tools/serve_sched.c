@@ -276,6 +276,8 @@ static int32_t next_token(serve *s, struct slot *sl)
     float top_lp[SERVE_MAX_LOGPROBS], lse = 0;
     if (r->logprobs)
         lse = mvm_sampler_logprobs(logits, s->info.n_vocab, r->top_logprobs, top_id, top_lp);
+    for (uint32_t i = 0; i < r->n_bias; i++) /* logit_bias, after the model's logprobs */
+        logits[r->bias[i].id] += r->bias[i].bias;
     if (r->ignore_eos)
         mvm_engine_mask_eog(s->e, logits);
     int32_t next = mvm_sampler_sample_after(sl->sampler, logits, s->info.n_vocab, sl->cached,

@@ -112,6 +112,10 @@ int serve_tools_read(const serve_api *a, const cJSON *body, serve_req *r, char *
     r->reply.tools = 1;
     if (tool_choice(body, r, bad, cap))
         return -1;
+    /* under "auto", a call the model begins is held to its tools (the syntax allowing, and
+     * no grammar of the request's own) */
+    r->lazy_call = !r->force_call && r->reply.tools && !own_grammar(body) &&
+                   mvm_chat_tool_trigger(r->reply.syntax);
     if (r->force_call && own_grammar(body)) {
         snprintf(bad, cap, "a 'tool_choice' that forces a call makes its own grammar: give "
                  "no 'grammar', 'json_schema' or 'response_format' with it");
@@ -129,6 +133,7 @@ int serve_tools_copy(const serve_req *from, serve_req *to)
 {
     to->parse_reply = from->parse_reply, to->reply = from->reply;
     to->force_call = from->force_call, to->parallel_calls = from->parallel_calls;
+    to->lazy_call = from->lazy_call;
     memcpy(to->keep, from->keep, sizeof to->keep);
     to->n_keep = from->n_keep;
     to->tools = from->tools ? cJSON_Duplicate(from->tools, 1) : NULL;
@@ -140,11 +145,23 @@ int serve_tools_copy(const serve_req *from, serve_req *to)
 char *serve_tools_grammar(const serve_req *r, char *bad, size_t cap)
 {
     char *gbnf = NULL;
-    if (r->force_call && mvm_chat_tool_grammar(r->reply.syntax, r->tools, r->force_name,
-                                               r->parallel_calls, r->reply.thinking_open,
-                                               &gbnf, bad, cap))
+    /* a lazy grammar starts at the call: the reasoning before it is free */
+    const int thinking = r->force_call && r->reply.thinking_open;
+    if ((r->force_call || r->lazy_call) &&
+        mvm_chat_tool_grammar(r->reply.syntax, r->tools, r->force_name, r->parallel_calls,
+                              thinking, &gbnf, bad, cap))
         return NULL;
     return gbnf;
+}
+
+int serve_tools_lazy(serve_req *r, char *bad, size_t cap)
+{
+    const char *word = mvm_chat_tool_trigger(r->reply.syntax);
+    const mvm_grammar_triggers t = {&word, 1, "<think>", "</think>", r->reply.thinking_open};
+    if (mvm_grammar_set_lazy(r->grammar, &t) == MVM_OK)
+        return 0;
+    snprintf(bad, cap, "%s", mvm_last_error());
+    return -1;
 }
 
 /* ---- the template's variables ------------------------------------------------------------ */

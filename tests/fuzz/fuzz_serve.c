@@ -493,9 +493,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const int constrained = asks_grammar(body, len);
     for (uint32_t i = 0; i < n; i++) {
         check_request(&a, r[i], kind);
-        require((r[i]->grammar != NULL) == (constrained || r[i]->force_call) &&
-                (!i || !r[i]->grammar ||
-                                                           r[i]->grammar != r[0]->grammar));
+        /* a grammar: the request's, a forced call's, or the lazy one of a call under "auto"
+         * (never with a grammar of the request's) */
+        require((r[i]->grammar != NULL) ==
+                    (constrained || r[i]->force_call || r[i]->lazy_call) &&
+                !(r[i]->lazy_call && (r[i]->force_call || constrained)) &&
+                (!i || !r[i]->grammar || r[i]->grammar != r[0]->grammar));
+        for (uint32_t b = 0; b < r[i]->n_bias; b++) /* logit_bias: tokens of the vocabulary */
+            require(r[i]->bias[b].id >= 0 && r[i]->bias[b].id < N_VOCAB &&
+                    !isnan(r[i]->bias[b].bias) && r[i]->bias[b].bias < INFINITY);
         check_answers(&a, r[i], text, n_text);
     }
     /* several prompts' response: a choice (or an object) each, by index */

@@ -82,6 +82,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_serve.c" \
     "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
     "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" "$root/tools/serve_tools.c" \
+    "$root/tools/serve_bias.c" \
     "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c "$root"/engine/chat/chat_reply*.c \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
@@ -160,6 +161,10 @@ printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3'
 printf '%s' '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required", "parallel_tool_calls": true}' | serve_seed 1 chat-tools
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}<think>r</think>c<tool_call>{"name":"f","arguments":{}}' | serve_seed 221 chat-tool-reply
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "reasoning_format": "auto"}<|start|>assistant to=functions.f<|channel|>x<|message|>{}' | serve_seed 233 chat-harmony-reply
+# logit_bias in OpenAI's shape and llama.cpp's
+printf '%s' '{"prompt": "x", "logit_bias": {"5": 1.5, "ab": false, "-1": 2}, "n": 2}' |
+    serve_seed 0 completion-bias
+printf '%s' '{"prompt": "x", "logit_bias": [[3, -2], ["a", false], [1.5, 1]]}' | serve_seed 2 llama-bias
 # llama.cpp's /completion (and its body to /tokenize, /detokenize, /apply-template)
 printf '%s' '{"prompt": [5, "Once", 7], "n_predict": 3, "id_slot": 1, "cache_prompt": false, "return_tokens": true, "repeat_last_n": -1, "stop": ["a", "b", "c", "d", "e"], "n_probs": 3}' |
     serve_seed 2 llama-completion
