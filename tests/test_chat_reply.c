@@ -302,6 +302,9 @@ static const reply_case cases[] = {
      "<|message|>It is 4.",
      "It is 4.", "Easy.", 0, {{0}}},
     {MVM_CHAT_HARMONY, 0, "plain words", "plain words", NULL, 0, {{0}}},
+    /* a message without a header, closed by the next: content, streamed or not (fuzzed) */
+    {MVM_CHAT_HARMONY, 0, "<|start|x\"}<|start|>x<|message|>{}", "<|start|x\"}{}", NULL, 0,
+     {{0}}},
 };
 #undef W
 

@@ -266,8 +266,8 @@ static void harmony_message(const mvm_chat_reply_opts *o, cr_span m, int open, i
 {
     static const char *const hold[] = {"<|end|>", "<|start|>", NULL};
     const char *body_at = cr_find(m, "<|message|>");
-    if (!body_at) { /* no header (plain text), or one still being written */
-        if (!partial && !cr_find(m, "<|channel|>"))
+    if (!body_at) { /* no header (plain text), or one still being written (the last) */
+        if ((!partial || !open) && !cr_find(m, "<|channel|>"))
             put(r, 0, m);
         return;
     }
