@@ -199,12 +199,18 @@ static char *last_event(struct stream *st)
 }
 
 /* A chat read into its parts: the event of what is new since st->parts, once there is
- * some (the whole reply read when it is done); NULL for none. Under r->mu. */
+ * some; NULL once the reply is done and read whole (its last event is next). Under r->mu. */
 static char *parts_event(struct stream *st)
 {
     serve_req *r = st->r;
     char *ev = NULL;
-    while (!ev && (r->len > st->sent || (r->done && !st->read_whole))) {
+    while (!ev && !(r->done && st->read_whole)) {
+        /* a wake-up need not bring text (a token without any, or the token counted before
+         * its text is out): only the reply's end or new text is worth a reading */
+        if (r->len == st->sent && !r->done) {
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
         char *t = mvm_cli_valid_utf8(r->text, r->len);
         cJSON *d = t ? serve_tools_delta(r, t, strlen(t), r->done, &st->parts) : NULL;
         free(t);
@@ -212,8 +218,6 @@ static char *parts_event(struct stream *st)
         if (d) {
             ev = serve_api_chunk_delta(&st->h->api, r, d, st->sent_tokens, r->n_gen);
             st->sent_tokens = r->n_gen;
-        } else if (!r->done) {
-            pthread_cond_wait(&r->cv, &r->mu);
         }
     }
     return ev;
