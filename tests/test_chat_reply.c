@@ -200,6 +200,26 @@ static void test_template_round_trips(void)
         if (!ok || (kept && !r))
             fprintf(stderr, "%s rendered: [%s]\n", files[i], reply), dump(files[i], m);
         cJSON_Delete(m);
+        /* the calls as the template writes them are the tool grammar's, made lazy on the
+         * syntax's word: what a model trained on the template writes, the grammar lets be */
+        const char *word = mvm_chat_tool_trigger(o.syntax);
+        char *gbnf = NULL, bad[256];
+        mvm_grammar *g = NULL;
+        if (word && mvm_chat_tool_grammar(o.syntax, tools, NULL, 1, 0, &gbnf, bad, sizeof bad) == 0 &&
+            mvm_grammar_parse(gbnf, &g) == MVM_OK) {
+            const mvm_grammar_triggers t = {&word, 1, "<think>", "</think>", thinks};
+            CHECK(mvm_grammar_set_lazy(g, &t) == MVM_OK);
+            const int taken = mvm_grammar_accept_text(g, reply, strlen(reply)) &&
+                              mvm_grammar_complete(g) && !mvm_grammar_accept_text(g, "x", 1);
+            CHECK(taken);
+            if (!taken)
+                fprintf(stderr, "%s: its calls are not the grammar's:\n%s\n%s\n", files[i], reply,
+                        gbnf);
+        } else {
+            CHECK(!word); /* a syntax with a word has a grammar */
+        }
+        mvm_grammar_free(g);
+        free(gbnf);
         free(reply), free(src);
     }
     cJSON_Delete(tools);
@@ -461,6 +481,28 @@ static void test_tool_grammar(void)
          "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
          "<|tool_call_argument_begin|>{\"n\": 1.5}<|tool_call_end|><|tool_calls_section_end|>",
          NULL, "<|tool_calls_section_begin|><|tool_calls_section_end|>"},
+        {MVM_CHAT_QWEN3_CODER,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew <York> & co\n</parameter>\n"
+         "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+         "<tool_call>\n<function=search>\n</function>\n</tool_call>\n<tool_call>\n"
+         "<function=search>\n<parameter=q>\nx\n</parameter>\n<parameter=n>\n1.5\n</parameter>\n"
+         "</function>\n</tool_call>",
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+         "<parameter=days>\ntwo\n</parameter>\n</function>\n</tool_call>"},
+        {MVM_CHAT_GLM45,
+         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>code</arg_key>\n"
+         "<arg_value>a</b</arg_value>\n</tool_call>",
+         "<tool_call>search\n</tool_call>\n<tool_call>search\n<arg_key>n</arg_key>\n"
+         "<arg_value>2</arg_value>\n</tool_call>",
+         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+         "</tool_call>"},
+        {MVM_CHAT_MINIMAX_M2,
+         "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo"
+         "</parameter>\n<parameter name=\"days\">1</parameter>\n</invoke>\n</minimax:tool_call>",
+         "<minimax:tool_call>\n<invoke name=\"search\">\n</invoke>\n<invoke name=\"search\">\n"
+         "<parameter name=\"q\">a\"b</parameter>\n</invoke>\n</minimax:tool_call>",
+         "<minimax:tool_call>\n<invoke name=\"nope\">\n</invoke>\n</minimax:tool_call>"},
         {MVM_CHAT_MISTRAL, "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"q\": \"m\"}}]",
          "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {}}, {\"name\": \"get_weather\", "
          "\"arguments\": {\"city\": \"a\", \"days\": 0}}]",
@@ -504,8 +546,56 @@ static void test_tool_grammar(void)
     free(g), g = NULL;
     CHECK(mvm_chat_tool_grammar(MVM_CHAT_HERMES, tools, "nope", 0, 0, &g, bad, sizeof bad) < 0);
     CHECK(!g && strstr(bad, "nope"));
-    CHECK(mvm_chat_tool_grammar(MVM_CHAT_GLM45, tools, NULL, 0, 0, &g, bad, sizeof bad) < 0);
-    CHECK(!g && strstr(bad, "glm-4.5"));
+    CHECK(mvm_chat_tool_grammar(MVM_CHAT_DEEPSEEK_R1, tools, NULL, 0, 0, &g, bad, sizeof bad) <
+          0);
+    CHECK(!g && strstr(bad, "deepseek-r1"));
+    /* an XML call's values typed as the reader types them: raw strings, JSON else */
+    CHECK(mvm_chat_tool_grammar(MVM_CHAT_QWEN3_CODER, tools, NULL, 0, 0, &g, bad, sizeof bad) ==
+          0);
+    static const char raw[] = "<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+                              "</paramete\n</parameter>\n<parameter=days>\n-7\n</parameter>\n"
+                              "<parameter=code>\n\n</parameter>\n</function>\n</tool_call>";
+    CHECK(g && accepts(g, raw) == 1);
+    mvm_chat_reply_opts q = opts(MVM_CHAT_QWEN3_CODER, tools);
+    cJSON *m = mvm_chat_reply_parse(&q, raw, strlen(raw), 0);
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), 0);
+    const char *args = str(cJSON_GetObjectItemCaseSensitive(c, "function"), "arguments");
+    CHECK(args && !strcmp(args, "{\"city\":\"</paramete\",\"days\":-7,\"code\":\"\"}"));
+    if (!args || strcmp(args, "{\"city\":\"</paramete\",\"days\":-7,\"code\":\"\"}"))
+        dump("typed XML arguments", m);
+    cJSON_Delete(m);
+    /* a raw value may not hold its closing tag: the call ends there */
+    CHECK(g && accepts(g, "<tool_call>\n<function=search>\n<parameter=q>\na</parameter>b\n"
+                          "</parameter>\n</function>\n</tool_call>") == 0);
+    /* parameters in any order, each once */
+    CHECK(g && accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n1\n"
+                          "</parameter>\n<parameter=city>\nA\n</parameter>\n</function>\n"
+                          "</tool_call>") == 1);
+    CHECK(g && accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n"
+                          "</parameter>\n<parameter=days>\n1\n</parameter>\n<parameter=city>\n"
+                          "B\n</parameter>\n</function>\n</tool_call>") == 0);
+    free(g), g = NULL;
+    /* a bounded string: its length, without '<'; beyond XML_ANY_ORDER parameters, the
+     * schema's order */
+    cJSON *many = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                              "\"parameters\":{\"type\":\"object\",\"properties\":{"
+                              "\"s\":{\"type\":\"string\",\"maxLength\":3},\"a\":{},\"b\":{},"
+                              "\"c\":{},\"d\":{},\"e\":{},\"f\":{},\"g\":{},\"h\":{}}}}}]");
+    CHECK(mvm_chat_tool_grammar(MVM_CHAT_GLM45, many, NULL, 0, 0, &g, bad, sizeof bad) == 0);
+#define GLM_ARG(k, v) "<arg_key>" k "</arg_key>\n<arg_value>" v "</arg_value>\n"
+    CHECK(g && accepts(g, "<tool_call>f\n" GLM_ARG("s", "ab") GLM_ARG("b", "[1]") "</tool_call>"));
+    CHECK(g && !accepts(g, "<tool_call>f\n" GLM_ARG("s", "abcd") "</tool_call>"));
+    CHECK(g && !accepts(g, "<tool_call>f\n" GLM_ARG("s", "a<b") "</tool_call>"));
+    CHECK(g && !accepts(g, "<tool_call>f\n" GLM_ARG("b", "1") GLM_ARG("s", "x") "</tool_call>"));
+#undef GLM_ARG
+    free(g), g = NULL;
+    cJSON_Delete(many);
+    cJSON *marked = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                "\"parameters\":{\"type\":\"object\",\"properties\":"
+                                "{\"a>b\":{\"type\":\"string\"}}}}}]");
+    CHECK(mvm_chat_tool_grammar(MVM_CHAT_GLM45, marked, NULL, 0, 0, &g, bad, sizeof bad) < 0);
+    CHECK(!g && strstr(bad, "'a>b'"));
+    cJSON_Delete(marked);
     cJSON *odd = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\","
                              "\"parameters\":{\"type\":\"object\",\"not\":{}}}}]");
     CHECK(mvm_chat_tool_grammar(MVM_CHAT_HERMES, odd, NULL, 0, 0, &g, bad, sizeof bad) < 0);

@@ -58,7 +58,8 @@ const char *mvm_chat_syntax_name(mvm_chat_syntax s);
 /* The texts of the markup the reader must see in the reply, NULL-terminated: a decoder that
  * drops control tokens' texts must keep these (llama.cpp's preserved tokens). */
 const char *const *mvm_chat_syntax_markers(mvm_chat_syntax s);
-/* Whether the syntax's tool calls can be forced by mvm_chat_tool_grammar. */
+/* Whether the syntax's tool calls can be forced by mvm_chat_tool_grammar: all but
+ * deepseek-r1's, harmony's and plain. */
 int mvm_chat_syntax_forcible(mvm_chat_syntax s);
 
 typedef struct mvm_chat_reply_opts {

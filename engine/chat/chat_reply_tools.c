@@ -3,10 +3,11 @@
  * in its syntax's markup.
  *
  * Forcible: the syntaxes whose arguments are a JSON object in plain markup (hermes,
- * deepseek-v3.1, kimi-k2, mistral). The reply begins with the call: a reasoning block of
- * its own is not allowed first (llama.cpp's grammars allow one where thinking is on; an
- * unbounded block let a model think to its length limit and never call). Where the prompt
- * opened the block, its rest comes first, any text without a '<', closed by </think>. */
+ * deepseek-v3.1, kimi-k2, mistral) and the XML ones (qwen3-coder, glm-4.5, minimax-m2:
+ * chat_reply_xml.c). The reply begins with the call: a reasoning block of its own is not
+ * allowed first (llama.cpp's grammars allow one where thinking is on; an unbounded block
+ * let a model think to its length limit and never call). Where the prompt opened the
+ * block, its rest comes first, any text without a '<', closed by </think>. */
 #include "engine/chat/chat_reply_impl.h"
 
 #include <stdarg.h>
@@ -17,16 +18,26 @@
 #include "moevm/engine.h"
 #include "vmm/error.h"
 
-int mvm_chat_syntax_forcible(mvm_chat_syntax s)
+/* The JSON syntaxes: a call's arguments are one JSON object. */
+static int json_syntax(mvm_chat_syntax s)
 {
     return s == MVM_CHAT_HERMES || s == MVM_CHAT_DEEPSEEK_V31 || s == MVM_CHAT_KIMI_K2 ||
            s == MVM_CHAT_MISTRAL;
 }
 
+int mvm_chat_syntax_forcible(mvm_chat_syntax s)
+{
+    return json_syntax(s) || s == MVM_CHAT_QWEN3_CODER || s == MVM_CHAT_GLM45 ||
+           s == MVM_CHAT_MINIMAX_M2;
+}
+
 const char *mvm_chat_tool_trigger(mvm_chat_syntax s)
 {
     switch (s) {
-    case MVM_CHAT_HERMES: return "<tool_call>";
+    case MVM_CHAT_HERMES:
+    case MVM_CHAT_QWEN3_CODER:
+    case MVM_CHAT_GLM45: return "<tool_call>";
+    case MVM_CHAT_MINIMAX_M2: return "<minimax:tool_call>";
     case MVM_CHAT_DEEPSEEK_V31: return "<｜tool▁calls▁begin｜>";
     case MVM_CHAT_KIMI_K2: return "<|tool_calls_section_begin|>";
     case MVM_CHAT_MISTRAL: return "[TOOL_CALLS]";
@@ -34,14 +45,7 @@ const char *mvm_chat_tool_trigger(mvm_chat_syntax s)
     }
 }
 
-typedef struct text {
-    char *p;
-    size_t n, cap;
-    int nomem;
-} text;
-
-static void add(text *t, const char *fmt, ...) MVM_PRINTF(2, 3);
-static void add(text *t, const char *fmt, ...)
+void cr_add(cr_text *t, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -72,7 +76,7 @@ static int name_char(char c)
 
 /* The converter's grammar g with every rule name prefixed: names are words outside
  * "literals", [classes] and {counts}. */
-static void add_renamed(text *t, const char *g, const char *prefix)
+static void add_renamed(cr_text *t, const char *g, const char *prefix)
 {
     for (const char *p = g; *p;) {
         if (*p == '"' || *p == '[' || *p == '{') {
@@ -81,40 +85,55 @@ static void add_renamed(text *t, const char *g, const char *prefix)
             while (*q && *q != close)
                 q += q[0] == '\\' && q[1] ? 2 : 1;
             q += *q != '\0';
-            add(t, "%.*s", (int)(q - p), p);
+            cr_add(t, "%.*s", (int)(q - p), p);
             p = q;
         } else if (name_char(*p)) {
             const char *q = p;
             while (name_char(*q))
                 q++;
-            add(t, "%s%.*s", prefix, (int)(q - p), p);
+            cr_add(t, "%s%.*s", prefix, (int)(q - p), p);
             p = q;
         } else {
-            add(t, "%c", *p++);
+            cr_add(t, "%c", *p++);
         }
     }
 }
 
-/* A GBNF literal of s: quotes and backslashes escaped, controls as \xHH. */
-static void add_literal(text *t, const char *s)
+int cr_add_schema(cr_text *t, const cJSON *schema, const char *prefix, const char *what,
+                  char *bad, size_t cap)
 {
-    add(t, "\"");
+    char *json = schema ? cJSON_PrintUnformatted(schema) : NULL, *g = NULL;
+    mvm_status st = json ? mvm_json_schema_to_grammar(json, strlen(json), &g)
+                         : mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    free(json);
+    if (st != MVM_OK) {
+        snprintf(bad, cap, "tools: %s: %s", what, mvm_last_error());
+        return -1;
+    }
+    add_renamed(t, g, prefix);
+    free(g);
+    return 0;
+}
+
+void cr_add_literal(cr_text *t, const char *s)
+{
+    cr_add(t, "\"");
     for (; *s; s++) {
         const unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
-            add(t, "\\%c", c);
+            cr_add(t, "\\%c", c);
         else if (c < 0x20)
-            add(t, "\\x%02X", c);
+            cr_add(t, "\\x%02X", c);
         else
-            add(t, "%c", c);
+            cr_add(t, "%c", c);
     }
-    add(t, "\"");
+    cr_add(t, "\"");
 }
 
 /* call-<i> ::= the syntax's text around t<i>-root, the arguments */
-static void add_call_rule(text *t, mvm_chat_syntax s, size_t i, const char *name)
+static void add_call_rule(cr_text *t, mvm_chat_syntax s, size_t i, const char *name)
 {
-    add(t, "call-%zu ::= ", i);
+    cr_add(t, "call-%zu ::= ", i);
     cJSON *str = cJSON_CreateString(name);
     char *json_name = str ? cJSON_PrintUnformatted(str) : NULL;
     cJSON_Delete(str);
@@ -123,18 +142,18 @@ static void add_call_rule(text *t, mvm_chat_syntax s, size_t i, const char *name
     case MVM_CHAT_HERMES:
     case MVM_CHAT_MISTRAL:
         snprintf(buf, sizeof buf, "{\"name\": %s, \"arguments\": ", json_name ? json_name : "");
-        add_literal(t, buf);
-        add(t, " t%zu-root \"}\"\n", i);
+        cr_add_literal(t, buf);
+        cr_add(t, " t%zu-root \"}\"\n", i);
         break;
     case MVM_CHAT_DEEPSEEK_V31:
         snprintf(buf, sizeof buf, "%s<｜tool▁sep｜>", name);
-        add_literal(t, buf);
-        add(t, " t%zu-root\n", i);
+        cr_add_literal(t, buf);
+        cr_add(t, " t%zu-root\n", i);
         break;
     default: /* kimi-k2 */
         snprintf(buf, sizeof buf, "functions.%s:", name);
-        add_literal(t, buf);
-        add(t, " [0-9]{1,3} \"<|tool_call_argument_begin|>\" t%zu-root\n", i);
+        cr_add_literal(t, buf);
+        cr_add(t, " [0-9]{1,3} \"<|tool_call_argument_begin|>\" t%zu-root\n", i);
         break;
     }
     if (!json_name)
@@ -144,7 +163,7 @@ static void add_call_rule(text *t, mvm_chat_syntax s, size_t i, const char *name
 
 /* root: the rest of the reasoning block the prompt opened, if it did, then the calls in the
  * syntax's block */
-static void add_root(text *t, mvm_chat_syntax s, int parallel, int thinking_open)
+static void add_root(cr_text *t, mvm_chat_syntax s, int parallel, int thinking_open)
 {
     static const struct { const char *open, *call_open, *call_close, *sep, *close; } m[] = {
         [MVM_CHAT_HERMES] = {"", "<tool_call>\n", "\n</tool_call>", "\n", ""},
@@ -153,19 +172,22 @@ static void add_root(text *t, mvm_chat_syntax s, int parallel, int thinking_open
         [MVM_CHAT_KIMI_K2] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>",
                               "<|tool_call_end|>", "", "<|tool_calls_section_end|>"},
         [MVM_CHAT_MISTRAL] = {"[TOOL_CALLS][", "", "", ", ", "]"},
+        [MVM_CHAT_QWEN3_CODER] = {"", "<tool_call>\n", "</tool_call>", "\n", ""},
+        [MVM_CHAT_GLM45] = {"", "<tool_call>", "</tool_call>", "\n", ""},
+        [MVM_CHAT_MINIMAX_M2] = {"<minimax:tool_call>\n", "", "", "", "</minimax:tool_call>"},
     };
-    add(t, "root ::= %s", thinking_open ? "[^<]* \"</think>\" [ \\n]* " : "");
-    add_literal(t, m[s].open);
-    add(t, " one%s ", parallel ? " (sep one)*" : "");
-    add_literal(t, m[s].close);
-    add(t, "\n");
-    add(t, "one ::= ");
-    add_literal(t, m[s].call_open);
-    add(t, " call ");
-    add_literal(t, m[s].call_close);
-    add(t, "\nsep ::= ");
-    add_literal(t, m[s].sep);
-    add(t, "\n");
+    cr_add(t, "root ::= %s", thinking_open ? "[^<]* \"</think>\" [ \\n]* " : "");
+    cr_add_literal(t, m[s].open);
+    cr_add(t, " one%s ", parallel ? " (sep one)*" : "");
+    cr_add_literal(t, m[s].close);
+    cr_add(t, "\n");
+    cr_add(t, "one ::= ");
+    cr_add_literal(t, m[s].call_open);
+    cr_add(t, " call ");
+    cr_add_literal(t, m[s].call_close);
+    cr_add(t, "\nsep ::= ");
+    cr_add_literal(t, m[s].sep);
+    cr_add(t, "\n");
 }
 
 int mvm_chat_tool_grammar(mvm_chat_syntax s, const cJSON *tool_list, const char *only,
@@ -177,7 +199,7 @@ int mvm_chat_tool_grammar(mvm_chat_syntax s, const cJSON *tool_list, const char 
                  "tool_choice must be \"auto\" or \"none\"", mvm_chat_syntax_name(s));
         return -1;
     }
-    text t = {0};
+    cr_text t = {0};
     add_root(&t, s, parallel, thinking_open);
     size_t n = 0;
     const cJSON *tool;
@@ -186,10 +208,10 @@ int mvm_chat_tool_grammar(mvm_chat_syntax s, const cJSON *tool_list, const char 
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
         n += !only || !strcmp(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, only);
     }
-    add(&t, "call ::= ");
+    cr_add(&t, "call ::= ");
     for (size_t i = 0; i < n; i++)
-        add(&t, "%scall-%zu", i ? " | " : "", i);
-    add(&t, "\n");
+        cr_add(&t, "%scall-%zu", i ? " | " : "", i);
+    cr_add(&t, "\n");
     if (!n) {
         snprintf(bad, cap, "tool_choice names the function '%s', which 'tools' does not have",
                  only);
@@ -197,27 +219,29 @@ int mvm_chat_tool_grammar(mvm_chat_syntax s, const cJSON *tool_list, const char 
         return -1;
     }
     size_t i = 0;
+    int rc = 0;
     cJSON_ArrayForEach(tool, tool_list)
     {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
         const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
-        if (only && strcmp(name, only))
+        if (rc || (only && strcmp(name, only)))
             continue;
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        char *schema = params ? cJSON_PrintUnformatted(params) : strdup("{\"type\":\"object\"}");
-        char *g = NULL, prefix[32];
-        mvm_status st = schema ? mvm_json_schema_to_grammar(schema, strlen(schema), &g)
-                               : MVM_ERR_NOMEM;
-        free(schema);
-        if (st != MVM_OK) {
-            snprintf(bad, cap, "tools: the parameters of '%s': %s", name, mvm_last_error());
-            free(t.p);
-            return -1;
+        if (!json_syntax(s)) {
+            rc = cr_xml_call(&t, s, i++, fn, bad, cap);
+            continue;
         }
-        add_call_rule(&t, s, i, name);
-        snprintf(prefix, sizeof prefix, "t%zu-", i++);
-        add_renamed(&t, g, prefix);
-        free(g);
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        char prefix[32], what[300];
+        snprintf(prefix, sizeof prefix, "t%zu-", i);
+        snprintf(what, sizeof what, "the parameters of '%s'", name);
+        add_call_rule(&t, s, i++, name);
+        cJSON *any = params ? NULL : cJSON_Parse("{\"type\":\"object\"}");
+        rc = cr_add_schema(&t, params ? params : any, prefix, what, bad, cap);
+        cJSON_Delete(any);
+    }
+    if (rc) {
+        free(t.p);
+        return -1;
     }
     if (t.nomem) {
         snprintf(bad, cap, "out of memory");
