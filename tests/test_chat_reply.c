@@ -205,9 +205,12 @@ static void test_template_round_trips(void)
         const char *word = mvm_chat_tool_trigger(o.syntax);
         char *gbnf = NULL, bad[256];
         mvm_grammar *g = NULL;
-        if (word && mvm_chat_tool_grammar(o.syntax, tools, NULL, 1, 0, &gbnf, bad, sizeof bad) == 0 &&
+        if (word &&
+            mvm_chat_tool_grammar(o.syntax, tools, NULL, 1, 0, &gbnf, bad, sizeof bad) == 0 &&
             mvm_grammar_parse(gbnf, &g) == MVM_OK) {
-            const mvm_grammar_triggers t = {&word, 1, "<think>", "</think>", thinks};
+            const char *open, *close;
+            mvm_chat_reasoning_marks(o.syntax, &open, &close);
+            const mvm_grammar_triggers t = {&word, 1, open, close, thinks};
             CHECK(mvm_grammar_set_lazy(g, &t) == MVM_OK);
             const int taken = mvm_grammar_accept_text(g, reply, strlen(reply)) &&
                               mvm_grammar_complete(g) && !mvm_grammar_accept_text(g, "x", 1);
@@ -449,9 +452,14 @@ static int lazy_accepts(const char *gbnf, mvm_chat_syntax s, const char *call, i
     mvm_grammar *g = NULL;
     if (mvm_grammar_parse(gbnf, &g) != MVM_OK)
         return -1;
-    const char *word = mvm_chat_tool_trigger(s);
-    const mvm_grammar_triggers t = {&word, 1, "<think>", "</think>", 0};
-    const char *before = closed ? "<think>I'll call <tool_call>, then</think>Sure: " : "<think>";
+    const char *word = mvm_chat_tool_trigger(s), *open, *close;
+    mvm_chat_reasoning_marks(s, &open, &close);
+    const mvm_grammar_triggers t = {&word, 1, open, close, 0};
+    char before[256];
+    snprintf(before, sizeof before, "%s%s", open,
+             closed ? "I'll call <tool_call>, to=functions.f then" : "");
+    if (closed)
+        strcat(strcat(before, close), "Sure: ");
     int ok = word && mvm_grammar_set_lazy(g, &t) == MVM_OK &&
              mvm_grammar_accept_text(g, before, strlen(before)) &&
              mvm_grammar_accept_text(g, call, strlen(call)) && mvm_grammar_finished(g);
@@ -503,6 +511,18 @@ static void test_tool_grammar(void)
          "<minimax:tool_call>\n<invoke name=\"search\">\n</invoke>\n<invoke name=\"search\">\n"
          "<parameter name=\"q\">a\"b</parameter>\n</invoke>\n</minimax:tool_call>",
          "<minimax:tool_call>\n<invoke name=\"nope\">\n</invoke>\n</minimax:tool_call>"},
+        {MVM_CHAT_DEEPSEEK_R1,
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+         "{\"city\": \"O\", \"days\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{}\n```"
+         "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{}\n```"
+         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n{}"
+         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+        {MVM_CHAT_HARMONY,
+         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": "
+         "\"O\", \"days\": 4}",
+         NULL, "<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}"},
         {MVM_CHAT_MISTRAL, "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"q\": \"m\"}}]",
          "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {}}, {\"name\": \"get_weather\", "
          "\"arguments\": {\"city\": \"a\", \"days\": 0}}]",
@@ -546,9 +566,8 @@ static void test_tool_grammar(void)
     free(g), g = NULL;
     CHECK(mvm_chat_tool_grammar(MVM_CHAT_HERMES, tools, "nope", 0, 0, &g, bad, sizeof bad) < 0);
     CHECK(!g && strstr(bad, "nope"));
-    CHECK(mvm_chat_tool_grammar(MVM_CHAT_DEEPSEEK_R1, tools, NULL, 0, 0, &g, bad, sizeof bad) <
-          0);
-    CHECK(!g && strstr(bad, "deepseek-r1"));
+    CHECK(mvm_chat_tool_grammar(MVM_CHAT_PLAIN, tools, NULL, 0, 0, &g, bad, sizeof bad) < 0);
+    CHECK(!g && strstr(bad, "plain"));
     /* an XML call's values typed as the reader types them: raw strings, JSON else */
     CHECK(mvm_chat_tool_grammar(MVM_CHAT_QWEN3_CODER, tools, NULL, 0, 0, &g, bad, sizeof bad) ==
           0);

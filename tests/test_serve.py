@@ -566,9 +566,10 @@ TOOLS = [{"type": "function", "function": {
                   "type": "object", "additionalProperties": False,
                   "properties": {"q": {"type": "string", "maxLength": 12}},
                   "required": ["q"]}}}]
-# the presets whose templates write tool calls, and the one whose calls a grammar can force
+# the presets whose templates write tool calls, and those whose calls a grammar can force
+# (all of them: the others' replies are plain, which a 400 says cannot be forced)
 TOOL_TEMPLATES = {"qwen3moe", "glm4moe", "minimax-m2", "deepseek2", "gpt-oss"}
-FORCIBLE = {"qwen3moe", "glm4moe", "minimax-m2"}
+FORCIBLE = TOOL_TEMPLATES
 # the presets whose generation prompt opens a reasoning block
 THINKING = {"deepseek2", "minimax-m2"}
 

@@ -156,8 +156,9 @@ char *serve_tools_grammar(const serve_req *r, char *bad, size_t cap)
 
 int serve_tools_lazy(serve_req *r, char *bad, size_t cap)
 {
-    const char *word = mvm_chat_tool_trigger(r->reply.syntax);
-    const mvm_grammar_triggers t = {&word, 1, "<think>", "</think>", r->reply.thinking_open};
+    const char *word = mvm_chat_tool_trigger(r->reply.syntax), *open, *close;
+    mvm_chat_reasoning_marks(r->reply.syntax, &open, &close);
+    const mvm_grammar_triggers t = {&word, 1, open, close, r->reply.thinking_open};
     if (mvm_grammar_set_lazy(r->grammar, &t) == MVM_OK)
         return 0;
     snprintf(bad, cap, "%s", mvm_last_error());

@@ -58,8 +58,7 @@ const char *mvm_chat_syntax_name(mvm_chat_syntax s);
 /* The texts of the markup the reader must see in the reply, NULL-terminated: a decoder that
  * drops control tokens' texts must keep these (llama.cpp's preserved tokens). */
 const char *const *mvm_chat_syntax_markers(mvm_chat_syntax s);
-/* Whether the syntax's tool calls can be forced by mvm_chat_tool_grammar: all but
- * deepseek-r1's, harmony's and plain. */
+/* Whether the syntax's tool calls can be forced by mvm_chat_tool_grammar: all but plain. */
 int mvm_chat_syntax_forcible(mvm_chat_syntax s);
 
 typedef struct mvm_chat_reply_opts {
@@ -82,19 +81,24 @@ int mvm_chat_prompt_thinks(const char *prompt);
 cJSON *mvm_chat_reply_parse(const mvm_chat_reply_opts *o, const char *text, size_t len,
                             int partial);
 
-/* A GBNF grammar that makes the reply one tool call (several when `parallel`) of the tools
- * in `tool_list` (checked: each {"function": {"name": string, ...}}; only the one named
- * `only` when not NULL) in the syntax's markup, each call's arguments valid for its tool's
- * parameters schema, after an optional reasoning block (one the prompt opened when
- * `thinking_open`); into *gbnf (malloc'd). -1 with bad[0..cap) saying why (an unknown
- * name, a schema the converter refuses, a syntax that cannot be forced). */
+/* A GBNF grammar that makes the reply one tool call (several when `parallel`, but in
+ * gpt-oss's channels, where a call ends the reply) of the tools in `tool_list` (checked:
+ * each {"function": {"name": string, ...}}; only the one named `only` when not NULL) in the
+ * syntax's markup, each call's arguments valid for its tool's parameters schema, after the
+ * rest of a reasoning block the prompt opened (`thinking_open`); into *gbnf (malloc'd).
+ * -1 with bad[0..cap) saying why (an unknown name, a schema the converter refuses, a name
+ * that would break the markup, a syntax that cannot be forced). */
 int mvm_chat_tool_grammar(mvm_chat_syntax s, const cJSON *tool_list, const char *only,
                           int parallel, int thinking_open, char **gbnf, char *bad,
                           size_t cap);
-/* The word a forcible syntax's calls begin with ("<tool_call>"), NULL for the others:
+/* The word a forcible syntax's calls begin with ("<tool_call>"; gpt-oss's "to=functions.",
+ * within its message's header), NULL for the others:
  * made a lazy grammar's trigger (mvm_grammar_set_lazy), the grammar above (without an
  * opened reasoning block) holds a reply to its tools once the model starts a call on its
  * own, as llama.cpp does under tool_choice "auto". */
 const char *mvm_chat_tool_trigger(mvm_chat_syntax s);
+/* The marks around the syntax's reasoning (<think> and </think>; gpt-oss's analysis
+ * channel's header and its <|end|>): a lazy grammar's quiet block. */
+void mvm_chat_reasoning_marks(mvm_chat_syntax s, const char **open, const char **close);
 
 #endif

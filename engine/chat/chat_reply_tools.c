@@ -2,12 +2,13 @@
  * arguments by its parameters schema (mvm_json_schema_to_grammar), its rules renamed apart,
  * in its syntax's markup.
  *
- * Forcible: the syntaxes whose arguments are a JSON object in plain markup (hermes,
- * deepseek-v3.1, kimi-k2, mistral) and the XML ones (qwen3-coder, glm-4.5, minimax-m2:
- * chat_reply_xml.c). The reply begins with the call: a reasoning block of its own is not
- * allowed first (llama.cpp's grammars allow one where thinking is on; an unbounded block
- * let a model think to its length limit and never call). Where the prompt opened the
- * block, its rest comes first, any text without a '<', closed by </think>. */
+ * Forcible: every syntax but plain: those whose arguments are a JSON object (hermes,
+ * deepseek-r1, deepseek-v3.1, kimi-k2, mistral, harmony) and the XML ones (qwen3-coder,
+ * glm-4.5, minimax-m2: chat_reply_xml.c). The reply begins with the call: a reasoning
+ * block of its own is not allowed first (llama.cpp's grammars allow one where thinking is
+ * on; an unbounded block let a model think to its length limit and never call). Where the
+ * prompt opened the block, its rest comes first, any text without a '<', closed by
+ * </think>. */
 #include "engine/chat/chat_reply_impl.h"
 
 #include <stdarg.h>
@@ -21,14 +22,21 @@
 /* The JSON syntaxes: a call's arguments are one JSON object. */
 static int json_syntax(mvm_chat_syntax s)
 {
-    return s == MVM_CHAT_HERMES || s == MVM_CHAT_DEEPSEEK_V31 || s == MVM_CHAT_KIMI_K2 ||
-           s == MVM_CHAT_MISTRAL;
+    return s == MVM_CHAT_HERMES || s == MVM_CHAT_DEEPSEEK_R1 || s == MVM_CHAT_DEEPSEEK_V31 ||
+           s == MVM_CHAT_KIMI_K2 || s == MVM_CHAT_MISTRAL || s == MVM_CHAT_HARMONY;
 }
 
 int mvm_chat_syntax_forcible(mvm_chat_syntax s)
 {
     return json_syntax(s) || s == MVM_CHAT_QWEN3_CODER || s == MVM_CHAT_GLM45 ||
            s == MVM_CHAT_MINIMAX_M2;
+}
+
+void mvm_chat_reasoning_marks(mvm_chat_syntax s, const char **open, const char **close)
+{
+    const int h = s == MVM_CHAT_HARMONY;
+    *open = h ? "<|channel|>analysis" : "<think>";
+    *close = h ? "<|end|>" : "</think>";
 }
 
 const char *mvm_chat_tool_trigger(mvm_chat_syntax s)
@@ -38,7 +46,9 @@ const char *mvm_chat_tool_trigger(mvm_chat_syntax s)
     case MVM_CHAT_QWEN3_CODER:
     case MVM_CHAT_GLM45: return "<tool_call>";
     case MVM_CHAT_MINIMAX_M2: return "<minimax:tool_call>";
+    case MVM_CHAT_DEEPSEEK_R1:
     case MVM_CHAT_DEEPSEEK_V31: return "<｜tool▁calls▁begin｜>";
+    case MVM_CHAT_HARMONY: return "to=functions.";
     case MVM_CHAT_KIMI_K2: return "<|tool_calls_section_begin|>";
     case MVM_CHAT_MISTRAL: return "[TOOL_CALLS]";
     default: return NULL;
@@ -150,6 +160,15 @@ static void add_call_rule(cr_text *t, mvm_chat_syntax s, size_t i, const char *n
         cr_add_literal(t, buf);
         cr_add(t, " t%zu-root\n", i);
         break;
+    case MVM_CHAT_DEEPSEEK_R1:
+        snprintf(buf, sizeof buf, "function<｜tool▁sep｜>%s\n```json\n", name);
+        cr_add_literal(t, buf);
+        cr_add(t, " t%zu-root \"\\n```\"\n", i);
+        break;
+    case MVM_CHAT_HARMONY: /* after "to=functions." */
+        cr_add_literal(t, name);
+        cr_add(t, " htail t%zu-root\n", i);
+        break;
     default: /* kimi-k2 */
         snprintf(buf, sizeof buf, "functions.%s:", name);
         cr_add_literal(t, buf);
@@ -169,6 +188,8 @@ static void add_root(cr_text *t, mvm_chat_syntax s, int parallel, int thinking_o
         [MVM_CHAT_HERMES] = {"", "<tool_call>\n", "\n</tool_call>", "\n", ""},
         [MVM_CHAT_DEEPSEEK_V31] = {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
                                    "<｜tool▁call▁end｜>", "", "<｜tool▁calls▁end｜>"},
+        [MVM_CHAT_DEEPSEEK_R1] = {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
+                                  "<｜tool▁call▁end｜>", "\n", "<｜tool▁calls▁end｜>"},
         [MVM_CHAT_KIMI_K2] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>",
                               "<|tool_call_end|>", "", "<|tool_calls_section_end|>"},
         [MVM_CHAT_MISTRAL] = {"[TOOL_CALLS][", "", "", ", ", "]"},
@@ -176,6 +197,16 @@ static void add_root(cr_text *t, mvm_chat_syntax s, int parallel, int thinking_o
         [MVM_CHAT_GLM45] = {"", "<tool_call>", "</tool_call>", "\n", ""},
         [MVM_CHAT_MINIMAX_M2] = {"<minimax:tool_call>\n", "", "", "", "</minimax:tool_call>"},
     };
+    if (s == MVM_CHAT_HARMONY) {
+        /* a commentary message's header, whose end a lazy grammar's text begins at ("to="),
+         * the recipient after the channel (as models write it) or before it (as the
+         * template does: "<|start|>assistant to=functions.f<|channel|>commentary json");
+         * one call: each ends the reply (<|call|>) */
+        cr_add(t, "root ::= \"<|channel|>commentary \"? \"to=functions.\" call\n"
+                  "htail ::= \" <|constrain|>json<|message|>\" | \"<|channel|>commentary\" "
+                  "(\" \" \"<|constrain|>\"? \"json\")? \"<|message|>\"\n");
+        return;
+    }
     cr_add(t, "root ::= %s", thinking_open ? "[^<]* \"</think>\" [ \\n]* " : "");
     cr_add_literal(t, m[s].open);
     cr_add(t, " one%s ", parallel ? " (sep one)*" : "");
