@@ -317,8 +317,9 @@ static void test_logit_bias(const serve_api *a)
               r[i]->bias[0].bias == 2.5f && (i == 0 || r[i]->bias != r[0]->bias));
         for (size_t k = 0; k < n_once && r[i]->n_bias == 1 + n_once; k++)
             CHECK(r[i]->bias[1 + k].id == once[k] && r[i]->bias[1 + k].bias == -1);
-        serve_req_release(r[i]);
     }
+    for (uint32_t i = 0; i < n; i++)
+        serve_req_release(r[i]);
     static const char arr[] = "{\"prompt\": \"x\", \"logit_bias\": [[7, false], "
                               "[\"Once upon\", 3]]}";
     serve_req *q = serve_api_request(a, SERVE_LLAMA, arr, sizeof arr - 1, &status, &error);
