@@ -404,7 +404,7 @@ static int slot_fields(const serve_api *a, const cJSON *body, serve_req *r, char
  * for r's prompt. */
 static int bind_tools(const serve_api *a, serve_req *r, char *bad, size_t cap)
 {
-    r->lazy_call &= !r->grammar; /* the server's --grammar stands */
+    r->lazy_call &= !r->grammar; /* the request's grammar, or the server's --grammar, stands */
     if (!r->force_call && !r->lazy_call) {
         /* a grammar's sentence is the whole reply, not the rest of the reasoning that the
          * prompt opened */

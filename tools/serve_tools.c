@@ -112,10 +112,9 @@ int serve_tools_read(const serve_api *a, const cJSON *body, serve_req *r, char *
     r->reply.tools = 1;
     if (tool_choice(body, r, bad, cap))
         return -1;
-    /* under "auto", a call the model begins is held to its tools (the syntax allowing, and
-     * no grammar of the request's own) */
-    r->lazy_call = !r->force_call && r->reply.tools && !own_grammar(body) &&
-                   mvm_chat_tool_trigger(r->reply.syntax);
+    /* under "auto", a call the model begins is held to its tools, the syntax allowing
+     * (and no other grammar binding: serve_api.c's bind_tools) */
+    r->lazy_call = !r->force_call && r->reply.tools && mvm_chat_tool_trigger(r->reply.syntax);
     if (r->force_call && own_grammar(body)) {
         snprintf(bad, cap, "a 'tool_choice' that forces a call makes its own grammar: give "
                  "no 'grammar', 'json_schema' or 'response_format' with it");
