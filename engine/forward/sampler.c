@@ -1,9 +1,10 @@
 /*
- * Token sampling (see sampler.h). Candidates are 64-bit keys, the logit's bits made
- * monotone above the complement of the id, so that "larger key" is exactly "higher logit,
- * then lower id" and every ordering step compares integers: top-k keeps the k largest with
- * a bounded heap, top-p sorts with a radix sort (linear, whatever the distribution), and
- * everything works in buffers reserved by mvm_sampler_create.
+ * Token sampling (include/moevm/engine.h says what it does; sampler.h how it is split).
+ * Candidates are 64-bit keys, the logit's bits made monotone above the complement of the
+ * id, so that "larger key" is exactly "higher logit, then lower id" and every ordering step
+ * compares integers: top-k keeps the k largest with a bounded heap, top-p sorts with a
+ * radix sort (linear, whatever the distribution), and everything works in buffers reserved
+ * by mvm_sampler_create.
  */
 #include "engine/forward/sampler.h"
 
@@ -13,55 +14,115 @@
 
 #include "vmm/error.h"
 
-struct mvm_sampler {
-    mvm_sampler_params p;
-    uint32_t cap;
-    uint64_t *key, *tmp; /* candidates, and the radix sort's other half */
-    double *weight;
-    float *penalized;    /* the logits after the repetition penalty; NULL when it is off */
-    mvm_grammar *grammar; /* the constraint, or NULL */
-    float *masked;       /* the logits a grammar has masked; reserved with the grammar */
-    uint64_t state;
-};
+/* A parameter's range, checked: NaN is never in one. */
+static mvm_status check(const char *name, float v, float lo, float hi, const char *what)
+{
+    if (v >= lo && v <= hi)
+        return MVM_OK;
+    return mvm_fail(MVM_ERR_INVALID, "sampler: %s %g is %s", name, (double)v, what);
+}
+
+static mvm_status check_params(const mvm_sampler_params *p)
+{
+    const float big = 3.4e38f;
+    mvm_status st = MVM_OK;
+    if (p->top_k < 0)
+        return mvm_fail(MVM_ERR_INVALID, "sampler: top_k %d is negative (0 = off)", p->top_k);
+    if (p->mirostat < 0 || p->mirostat > 2)
+        return mvm_fail(MVM_ERR_INVALID, "sampler: mirostat %d is not 0 (off), 1 or 2",
+                        p->mirostat);
+    if ((st = check("temperature", p->temperature, 0, big, "not a number >= 0 (0 = greedy)")) ||
+        (st = check("top_p", p->top_p, 0, 1, "outside [0, 1] (0 or 1 = off)")) ||
+        (st = check("min_p", p->min_p, 0, 1, "outside [0, 1] (0 = off)")) ||
+        (st = check("repeat_penalty", p->repeat_penalty, 0, big, "not a number > 0 (1 = off)")) ||
+        (st = check("frequency_penalty", p->frequency_penalty, -big, big, "not a number")) ||
+        (st = check("presence_penalty", p->presence_penalty, -big, big, "not a number")) ||
+        (st = check("dry_multiplier", p->dry_multiplier, 0, big, "not a number >= 0 (0 = off)")) ||
+        (st = p->dry_base == 0 ? MVM_OK
+                               : check("dry_base", p->dry_base, 1, big, "not a number >= 1")) ||
+        (st = check("top_n_sigma", p->top_n_sigma, -big, big, "not a number (<= 0 = off)")) ||
+        (st = check("typical_p", p->typical_p, 0, 1, "outside [0, 1] (0 or 1 = off)")) ||
+        (st = check("xtc_probability", p->xtc_probability, 0, 1, "outside [0, 1] (0 = off)")) ||
+        (st = check("xtc_threshold", p->xtc_threshold, 0, 1, "outside [0, 1]")) ||
+        (st = check("dynatemp_range", p->dynatemp_range, 0, big, "not a number >= 0 (0 = off)")) ||
+        (st = check("dynatemp_exponent", p->dynatemp_exponent, 0, big, "not a number > 0")) ||
+        (st = check("mirostat_tau", p->mirostat_tau, 0, big, "not a number >= 0")) ||
+        (st = check("mirostat_eta", p->mirostat_eta, 0, big, "not a number >= 0")))
+        return st;
+    return MVM_OK;
+}
+
+/* The parameters with what is left 0 read as its default, and what does nothing off. */
+static mvm_sampler_params normalized(const mvm_sampler_params *in)
+{
+    mvm_sampler_params p = *in;
+    if (p.top_p == 0)
+        p.top_p = 1;
+    if (p.typical_p == 0)
+        p.typical_p = 1;
+    if (p.dry_base == 0)
+        p.dry_base = 1.75f;
+    if (p.dynatemp_exponent == 0)
+        p.dynatemp_exponent = 1;
+    if (p.mirostat_tau == 0)
+        p.mirostat_tau = 5;
+    if (p.mirostat_eta == 0)
+        p.mirostat_eta = 0.1f;
+    if (p.min_keep == 0)
+        p.min_keep = 1;
+    if (p.xtc_threshold > 0.5f || p.xtc_probability == 0)
+        p.xtc_probability = 0; /* llama.cpp's: a threshold over 0.5 turns XTC off */
+    if (p.dry_multiplier == 0 || p.dry_last_n == 0)
+        p.dry_multiplier = 0, p.dry_last_n = 0;
+    return p;
+}
+
+/* What the parameters need beyond the candidates: the penalised row, the counts, DRY's. */
+static int reserve(mvm_sampler *s, uint32_t n_vocab)
+{
+    const mvm_sampler_params *p = &s->p;
+    const int dry = p->dry_multiplier > 0 && !p->mirostat;
+    if (smp_penalizes(p) && !(s->penalized = malloc((size_t)n_vocab * sizeof *s->penalized)))
+        return -1;
+    if ((p->frequency_penalty != 0 || p->presence_penalty != 0) && p->repeat_last_n &&
+        !(s->count = calloc(n_vocab, sizeof *s->count)))
+        return -1;
+    if (p->typical_p < 1 && !(s->order = malloc((size_t)n_vocab * sizeof *s->order)))
+        return -1;
+    if (dry) {
+        s->dry_run = malloc((size_t)p->dry_last_n * sizeof *s->dry_run);
+        s->dry_touched = malloc((size_t)p->dry_last_n * sizeof *s->dry_touched);
+        s->dry_max = malloc((size_t)n_vocab * sizeof *s->dry_max);
+        if (!s->dry_run || !s->dry_touched || !s->dry_max)
+            return -1;
+        memset(s->dry_max, 0xff, (size_t)n_vocab * sizeof *s->dry_max); /* -1: none */
+    }
+    return 0;
+}
 
 mvm_status mvm_sampler_create(const mvm_sampler_params *p, uint32_t n_vocab,
                               mvm_sampler **out)
 {
     *out = NULL;
-    if (!(p->temperature >= 0) || isinf(p->temperature))
-        return mvm_fail(MVM_ERR_INVALID, "sampler: temperature %g is not a number >= 0 "
-                        "(0 = greedy)", (double)p->temperature);
-    if (p->top_k < 0)
-        return mvm_fail(MVM_ERR_INVALID, "sampler: top_k %d is negative (0 = off)", p->top_k);
-    if (!(p->top_p >= 0 && p->top_p <= 1))
-        return mvm_fail(MVM_ERR_INVALID, "sampler: top_p %g is outside [0, 1] (0 or 1 = off)",
-                        (double)p->top_p);
-    if (!(p->min_p >= 0 && p->min_p <= 1))
-        return mvm_fail(MVM_ERR_INVALID, "sampler: min_p %g is outside [0, 1] (0 = off)",
-                        (double)p->min_p);
-    if (!(p->repeat_penalty >= 0) || isinf(p->repeat_penalty))
-        return mvm_fail(MVM_ERR_INVALID, "sampler: repeat_penalty %g is not a number > 0 "
-                        "(1 = off)", (double)p->repeat_penalty);
+    mvm_status st = check_params(p);
+    if (st != MVM_OK)
+        return st;
     if (n_vocab == 0)
         return mvm_fail(MVM_ERR_INVALID, "sampler: a vocabulary of 0 tokens");
-    /* 0 is off too: a caller that never heard of the penalty leaves it 0 */
-    const int penalty = p->repeat_penalty != 0 && p->repeat_penalty != 1 && p->repeat_last_n;
     mvm_sampler *s = calloc(1, sizeof *s);
     if (s) {
+        s->p = normalized(p);
         s->key = malloc((size_t)n_vocab * sizeof *s->key);
         s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
         s->weight = malloc((size_t)n_vocab * sizeof *s->weight);
-        s->penalized = penalty ? malloc((size_t)n_vocab * sizeof *s->penalized) : NULL;
     }
-    if (!s || !s->key || !s->tmp || !s->weight || (penalty && !s->penalized)) {
+    if (!s || !s->key || !s->tmp || !s->weight || reserve(s, n_vocab) != 0) {
         mvm_sampler_free(s);
         return mvm_fail(MVM_ERR_NOMEM, "sampler: no memory for %u candidates", n_vocab);
     }
-    s->p = *p;
-    if (s->p.top_p == 0) /* unset in a zeroed struct, as repeat_penalty: off */
-        s->p.top_p = 1;
     s->cap = n_vocab;
     s->state = p->seed;
+    s->mu = 2 * s->p.mirostat_tau; /* llama.cpp's start */
     *out = s;
     return MVM_OK;
 }
@@ -72,8 +133,13 @@ void mvm_sampler_free(mvm_sampler *s)
         return;
     free(s->key);
     free(s->tmp);
+    free(s->order);
     free(s->weight);
     free(s->penalized);
+    free(s->count);
+    free(s->dry_run);
+    free(s->dry_max);
+    free(s->dry_touched);
     free(s->masked);
     free(s);
 }
@@ -90,7 +156,7 @@ mvm_status mvm_sampler_set_grammar(mvm_sampler *s, mvm_grammar *g)
 
 /* splitmix64 (Steele, Lea, Flood 2014): 64 bits of state, statistically strong enough for
  * sampling, and a fixed seed gives a fixed stream on every platform. */
-static double uniform01(mvm_sampler *s)
+double smp_uniform01(mvm_sampler *s)
 {
     uint64_t z = s->state += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -109,18 +175,13 @@ static int32_t argmax(const float *l, uint32_t n)
     return best;
 }
 
-static uint64_t key_of(float logit, uint32_t id)
+uint64_t smp_key(float logit, uint32_t id)
 {
     logit += 0.0f; /* -0 becomes +0: they tie, as they compare equal */
     uint32_t u;
     memcpy(&u, &logit, sizeof u);
     u = u >> 31 ? ~u : u | 0x80000000u; /* IEEE order as unsigned order */
     return (uint64_t)u << 32 | (uint32_t)~id;
-}
-
-static uint32_t id_of(uint64_t key)
-{
-    return ~(uint32_t)key;
 }
 
 /* Restores the min-heap a[0..end) below i. */
@@ -151,9 +212,9 @@ static void select_largest(uint64_t *a, uint32_t n, uint32_t k)
     }
 }
 
-/* Sorts a[0..n) into descending order: LSD radix sort by bytes, skipping the bytes all
- * keys share (the high bytes of the ids, mostly). */
-static void sort_descending(uint64_t *a, uint64_t *tmp, uint32_t n)
+/* An LSD radix sort by bytes, skipping the bytes all keys share (the high bytes of the ids,
+ * mostly). */
+void smp_sort_descending(uint64_t *a, uint64_t *tmp, uint32_t n)
 {
     uint64_t *src = a, *dst = tmp;
     for (int shift = 0; shift < 64; shift += 8) {
@@ -174,33 +235,63 @@ static void sort_descending(uint64_t *a, uint64_t *tmp, uint32_t n)
         memcpy(a, src, (size_t)n * sizeof *a);
 }
 
-/* How many of the m sorted candidates top-p keeps: the fewest first ones whose
- * probabilities sum to at least top_p. */
-static uint32_t nucleus(const mvm_sampler *s, const float *l, uint32_t m, float max)
+float smp_max(const mvm_sampler *s, const float *l, uint32_t m)
 {
-    double z = 0, cum = 0;
+    float max = -INFINITY;
     for (uint32_t i = 0; i < m; i++)
-        z += s->weight[i] = exp((double)l[id_of(s->key[i])] - max);
+        if (l[smp_id(s->key[i])] > max)
+            max = l[smp_id(s->key[i])];
+    return max;
+}
+
+double smp_weights(mvm_sampler *s, const float *l, uint32_t m, float max, double t)
+{
+    double total = 0;
     for (uint32_t i = 0; i < m; i++)
-        if ((cum += s->weight[i]) >= s->p.top_p * z)
+        total += s->weight[i] = exp(((double)l[smp_id(s->key[i])] - max) / t);
+    return total;
+}
+
+uint32_t smp_pick(mvm_sampler *s, uint32_t m, double total)
+{
+    double u = smp_uniform01(s) * total, cum = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if ((cum += s->weight[i]) > u)
+            return i;
+    return m - 1; /* u rounded up to the total */
+}
+
+/* Top-p: how many of the m sorted candidates it keeps: the fewest first ones whose
+ * probabilities sum to at least top_p, and min_keep. */
+static uint32_t nucleus(mvm_sampler *s, const float *l, uint32_t m)
+{
+    const double z = smp_weights(s, l, m, l[smp_id(s->key[0])], 1);
+    double cum = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if ((cum += s->weight[i]) >= s->p.top_p * z && i + 1 >= s->p.min_keep)
             return i + 1;
     return m; /* rounding kept the sum under the target */
 }
 
-void mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint32_t n,
-                          const int32_t *prev, uint32_t n_prev, float *out)
+/* Min-p: those with probability at least min_p times the highest, or the min_keep most
+ * probable where fewer are. */
+static uint32_t min_p(mvm_sampler *s, const float *l, uint32_t m)
 {
-    memcpy(out, logits, (size_t)n * sizeof *out);
-    if (p->repeat_penalty == 0 || p->repeat_penalty == 1)
-        return;
-    uint32_t first = n_prev > p->repeat_last_n ? n_prev - p->repeat_last_n : 0;
-    /* from logits, not out: a token seen twice is penalised once, with no table of them */
-    for (uint32_t i = first; i < n_prev; i++) {
-        if (prev[i] < 0 || (uint32_t)prev[i] >= n)
-            continue;
-        float l = logits[prev[i]];
-        out[prev[i]] = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+    uint64_t *key = s->key;
+    const float floor = smp_max(s, l, m) + logf(s->p.min_p);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (l[smp_id(key[i])] >= floor)
+            kept++;
+    if (kept < s->p.min_keep && kept < m) { /* the most probable, whatever they are */
+        smp_sort_descending(key, s->tmp, m);
+        return s->p.min_keep < m ? s->p.min_keep : m;
     }
+    kept = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (l[smp_id(key[i])] >= floor)
+            key[kept++] = key[i];
+    return kept; /* the best has probability ratio 1 and stays */
 }
 
 int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n)
@@ -208,42 +299,44 @@ int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n)
     return mvm_sampler_sample_after(s, logits, n, NULL, 0);
 }
 
-/* Steps 1 to 4 over logits[0..n) (already penalised). */
+/* Steps 1 to 7 (or Mirostat) over logits[0..n) (step 0 done). */
 static int32_t draw(mvm_sampler *s, const float *logits, uint32_t n)
 {
     int32_t best = argmax(logits, n);
     if (s->p.temperature == 0 || best < 0 || !isfinite(logits[best]))
         return best; /* greedy; no number; +inf wins; only -inf: the lowest id */
-    const float max = logits[best];
     uint64_t *key = s->key;
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++)
         if (logits[i] > -INFINITY) /* NaN and -inf have no probability */
-            key[m++] = key_of(logits[i], i);
+            key[m++] = smp_key(logits[i], i);
+    if (s->p.mirostat)
+        return smp_mirostat(s, logits, m, n);
+    if (s->p.top_n_sigma > 0)
+        m = smp_top_n_sigma(s, logits, m);
     if (s->p.top_k > 0 && (uint32_t)s->p.top_k < m) {
         select_largest(key, m, (uint32_t)s->p.top_k);
         m = (uint32_t)s->p.top_k;
     }
+    if (s->p.typical_p < 1)
+        m = smp_typical(s, logits, m);
     if (s->p.top_p < 1) {
-        sort_descending(key, s->tmp, m);
-        m = nucleus(s, logits, m, max);
+        smp_sort_descending(key, s->tmp, m);
+        m = nucleus(s, logits, m);
     }
-    if (s->p.min_p > 0) {
-        float floor = max + logf(s->p.min_p);
-        uint32_t kept = 0;
-        for (uint32_t i = 0; i < m; i++)
-            if (logits[id_of(key[i])] >= floor)
-                key[kept++] = key[i];
-        m = kept; /* the best has probability ratio 1 and stays */
+    if (s->p.min_p > 0)
+        m = min_p(s, logits, m);
+    if (s->p.xtc_probability > 0)
+        m = smp_xtc(s, logits, m);
+    const double t = smp_temperature(s, logits, m);
+    if (!(t > 0)) { /* a dynamic temperature of 0: the best left */
+        uint32_t at = 0;
+        for (uint32_t i = 1; i < m; i++)
+            at = key[i] > key[at] ? i : at;
+        return (int32_t)smp_id(key[at]);
     }
-    double total = 0;
-    for (uint32_t i = 0; i < m; i++)
-        total += s->weight[i] = exp(((double)logits[id_of(key[i])] - max) / s->p.temperature);
-    double u = uniform01(s) * total, cum = 0;
-    for (uint32_t i = 0; i < m; i++)
-        if ((cum += s->weight[i]) > u)
-            return (int32_t)id_of(key[i]);
-    return (int32_t)id_of(key[m - 1]); /* u rounded up to the total */
+    const float max = smp_max(s, logits, m);
+    return (int32_t)smp_id(key[smp_pick(s, m, smp_weights(s, logits, m, max, t))]);
 }
 
 /* As llama.cpp samples under a grammar: the draw stands when the grammar allows it; if
@@ -269,7 +362,7 @@ int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
     if (n == 0 || n > s->cap)
         return -1;
     if (s->penalized && n_prev) { /* the caller's logits stay as they are */
-        mvm_sampler_penalize(&s->p, logits, n, prev, n_prev, s->penalized);
+        smp_penalize(s, logits, n, prev, n_prev);
         logits = s->penalized;
     }
     return s->grammar ? draw_in_grammar(s, logits, n) : draw(s, logits, n);

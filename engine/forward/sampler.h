@@ -1,10 +1,78 @@
 /*
  * The sampler (declared in include/moevm/engine.h, which says what it does): an engine
- * API that the commands, the server and embedding applications share.
+ * API that the commands, the server and embedding applications share. Its steps live in
+ * three files: sampler.c (the candidates, top-k, top-p, min-p, the draw and the entry
+ * points), sampler_filters.c (top-n-sigma, typical, XTC, the dynamic temperature,
+ * Mirostat) and sampler_penalty.c (the repetition, frequency and presence penalties, and
+ * DRY). What they share is here.
  */
 #ifndef MVM_ENGINE_FORWARD_SAMPLER_H
 #define MVM_ENGINE_FORWARD_SAMPLER_H
 
 #include "moevm/engine.h"
+
+/* DRY's sequence breakers as token sequences: a head token, and the tokens that must come
+ * before it (its tail, read backwards from the head; none for a breaker within one token),
+ * sorted by head (sampler_penalty.c). */
+typedef struct smp_breaker {
+    int32_t head;
+    uint32_t off, len; /* its tail: tails[off .. off + len) */
+} smp_breaker;
+
+struct mvm_dry_breakers {
+    smp_breaker *b;
+    uint32_t n;
+    int32_t *tails;
+};
+
+struct mvm_sampler {
+    mvm_sampler_params p; /* the defaults of the parameters left 0 filled in */
+    uint32_t cap;
+    /* candidates are 64-bit keys, a logit's bits made monotone above the complement of the
+     * id, so that "larger key" is exactly "higher logit, then lower id" */
+    uint64_t *key, *tmp;  /* candidates, and a radix sort's other half */
+    uint64_t *order;      /* typical sampling's order; reserved when it is on */
+    double *weight;
+    float *penalized;     /* the logits after step 0; NULL when it does nothing */
+    uint32_t *count;      /* the frequency/presence penalties' counts, all 0 between uses */
+    int32_t *dry_run;     /* DRY: a repeat's length at each position of its window */
+    int32_t *dry_max;     /* DRY: the longest repeat a token would extend, -1: none */
+    int32_t *dry_touched; /* DRY: the tokens whose dry_max is set */
+    const mvm_dry_breakers *breakers; /* NULL: none */
+    mvm_grammar *grammar; /* the constraint, or NULL */
+    float *masked;        /* the logits a grammar has masked; reserved with the grammar */
+    uint64_t state;       /* the random stream */
+    float mu;             /* Mirostat's surprise bound */
+};
+
+/* sampler.c */
+double smp_uniform01(mvm_sampler *s);
+uint64_t smp_key(float logit, uint32_t id);
+static inline uint32_t smp_id(uint64_t key) { return ~(uint32_t)key; }
+/* Sorts a[0..n) into descending order, tmp[0..n) its scratch. */
+void smp_sort_descending(uint64_t *a, uint64_t *tmp, uint32_t n);
+/* The highest logit among the m candidates. */
+float smp_max(const mvm_sampler *s, const float *l, uint32_t m);
+/* Fills s->weight[i] with exp((l - max) / t) of candidate i < m; returns their sum. */
+double smp_weights(mvm_sampler *s, const float *l, uint32_t m, float max, double t);
+/* Draws a candidate by the weights of the m first (their sum total): its index. */
+uint32_t smp_pick(mvm_sampler *s, uint32_t m, double total);
+
+/* sampler_filters.c: each keeps a part of the m candidates in s->key[0..) and returns how
+ * many; l the logits. */
+uint32_t smp_top_n_sigma(mvm_sampler *s, const float *l, uint32_t m);
+uint32_t smp_typical(mvm_sampler *s, const float *l, uint32_t m);
+uint32_t smp_xtc(mvm_sampler *s, const float *l, uint32_t m);
+/* The temperature of the draw: p.temperature, or the dynamic one. */
+double smp_temperature(mvm_sampler *s, const float *l, uint32_t m);
+/* Mirostat's draw over the m candidates (n the vocabulary): the token. */
+int32_t smp_mirostat(mvm_sampler *s, const float *l, uint32_t m, uint32_t n);
+
+/* sampler_penalty.c */
+/* Whether step 0 changes anything under p. */
+int smp_penalizes(const mvm_sampler_params *p);
+/* Step 0 into s->penalized. */
+void smp_penalize(mvm_sampler *s, const float *logits, uint32_t n, const int32_t *prev,
+                  uint32_t n_prev);
 
 #endif

@@ -181,22 +181,38 @@ void mvm_engine_get_stats(const mvm_engine *e, mvm_engine_stats *out);
 /* ---- sampling --------------------------------------------------------------------------- */
 
 /*
- * Sampling: the next token from a row of logits: greedy, or drawn after top-k, top-p
- * (nucleus) and min-p filtering, in llama.cpp's default order — the repetition penalty
- * first, then top-k, top-p and min-p judge the untempered distribution, then the
- * temperature reshapes what is left:
+ * Sampling: the next token from a row of logits, as llama.cpp's sampler chain takes it
+ * (common/sampling.cpp), its steps in its default order:
  *
- *   0. the logit of every token among the last repeat_last_n previous ones divided by
- *      repeat_penalty when positive, multiplied by it when not (llama.cpp's; a token
- *      repeated is penalised once),
- *   1. keep the top_k highest logits (0: all),
- *   2. keep the fewest highest whose probability sums to at least top_p (1: all),
- *   3. keep those with probability at least min_p times the highest (0: all),
- *   4. draw from softmax(logit / temperature) over what is left.
+ *   0. penalties over the last repeat_last_n previous tokens: the logit of every token
+ *      among them divided by repeat_penalty when positive, multiplied by it when not (once,
+ *      however often it was seen), then frequency_penalty subtracted once per time it was
+ *      seen and presence_penalty once; then DRY (mvm_sampler_set_dry_breakers): a token
+ *      that would extend a sequence repeated from earlier in the last dry_last_n tokens
+ *      beyond dry_allowed_length loses dry_multiplier * dry_base^(length - allowed),
+ *   1. keep the tokens within top_n_sigma standard deviations of the highest logit,
+ *   2. keep the top_k highest logits (0: all),
+ *   3. locally typical: keep the tokens whose surprise is nearest the entropy until their
+ *      probability sums past typical_p,
+ *   4. keep the fewest highest whose probability sums to at least top_p (1: all),
+ *   5. keep those with probability at least min_p times the highest (0: all),
+ *   6. XTC: with probability xtc_probability, drop every token of probability at least
+ *      xtc_threshold but the least probable of them,
+ *   7. draw from softmax(logit / temperature) over what is left; with dynatemp_range, the
+ *      temperature goes from max(0, temperature - range) to temperature + range as the
+ *      entropy of what is left over its maximum, raised to dynatemp_exponent, goes from 0
+ *      to 1.
  *
- * temperature 0 is greedy: the highest logit after the penalty, ties to the lowest id,
- * whatever the other parameters. Ties elsewhere also order by id, so a seed reproduces
- * a run exactly. NaN logits are never picked; a +inf logit wins outright.
+ * Steps 1 to 6 judge the untempered distribution, and 3 to 6 keep at least min_keep tokens.
+ * mirostat 1 or 2 replaces steps 0 to 7, as in llama.cpp: the logits divided by the
+ * temperature, then Mirostat (Basu et al. 2021) holds the surprise of the tokens drawn
+ * near mirostat_tau, learning at mirostat_eta (its state is the sampler's).
+ *
+ * temperature 0 is greedy: the highest logit after step 0, ties to the lowest id, whatever
+ * the other parameters (where llama.cpp's chain still runs XTC and a dynamic temperature).
+ * Ties elsewhere also order by id, so a seed reproduces a run exactly. NaN logits are never
+ * picked; a +inf logit wins outright. Every parameter left 0 is off (or its default, said
+ * below), so a zeroed struct samples from the plain softmax.
  */
 typedef struct mvm_sampler_params {
     float temperature; /* >= 0; 0 = greedy */
@@ -205,7 +221,23 @@ typedef struct mvm_sampler_params {
     float min_p;       /* [0, 1]; 0 = off */
     uint64_t seed;     /* the random stream (splitmix64) */
     float repeat_penalty;   /* > 0; 1 = off, and 0 (unset) is off too */
-    uint32_t repeat_last_n; /* previous tokens the penalty looks back over; 0 = off */
+    uint32_t repeat_last_n; /* previous tokens the penalties look back over; 0 = off */
+    float frequency_penalty; /* any number; 0 = off */
+    float presence_penalty;  /* any number; 0 = off */
+    float dry_multiplier;    /* >= 0; 0 = off */
+    float dry_base;          /* >= 1; 0 (unset) = 1.75, llama.cpp's */
+    uint32_t dry_allowed_length; /* a repetition this long goes unpenalised (llama.cpp: 2) */
+    uint32_t dry_last_n;     /* previous tokens DRY scans; 0 = all it is given */
+    float top_n_sigma;       /* > 0; 0 or negative = off */
+    float typical_p;         /* [0, 1]; 1 = off, and 0 (unset) is off too */
+    float xtc_probability;   /* [0, 1]; 0 = off */
+    float xtc_threshold;     /* [0, 1]; over 0.5 = off */
+    float dynatemp_range;    /* >= 0; 0 = off */
+    float dynatemp_exponent; /* > 0; 0 (unset) = 1 */
+    int32_t mirostat;        /* 0 = off, 1 = Mirostat, 2 = Mirostat 2.0 */
+    float mirostat_tau;      /* >= 0; 0 (unset) = 5, llama.cpp's */
+    float mirostat_eta;      /* >= 0; 0 (unset) = 0.1, llama.cpp's */
+    uint32_t min_keep;       /* steps 3 to 6 keep at least this many; 0 = 1 */
 } mvm_sampler_params;
 
 typedef struct mvm_sampler mvm_sampler;
@@ -223,14 +255,28 @@ void mvm_sampler_free(mvm_sampler *s);
  * penalty. */
 int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n);
 /* The same after the tokens prev[0..n_prev), oldest first (the prompt's and those
- * generated): the last repeat_last_n of them are penalised; ids outside [0, n) are
- * ignored. */
+ * generated): the last repeat_last_n of them are penalised, DRY reads the last dry_last_n;
+ * ids outside [0, n) are ignored. */
 int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
                                  const int32_t *prev, uint32_t n_prev);
-/* Step 0 alone, of parameters p: out[i] = logits[i] penalised or not, every i < n; out must
- * not overlap logits (a repeated token reads its logit again, not the penalised one). */
-void mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint32_t n,
-                          const int32_t *prev, uint32_t n_prev, float *out);
+/* Step 0's penalties (not DRY) alone, of parameters p: out[i] = logits[i] penalised or
+ * not, every i < n; out must not overlap logits. MVM_ERR_NOMEM (out as logits) when the
+ * frequency or presence penalty finds no memory to count the tokens in. */
+mvm_status mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint32_t n,
+                                const int32_t *prev, uint32_t n_prev, float *out);
+/* DRY's sequence breakers (llama.cpp's --dry-sequence-breaker; its defaults "\n", ":", "\"",
+ * "*"): a repetition does not reach back across one. Each breaker is found in e's
+ * vocabulary as llama.cpp finds it (a token that holds it, or that ends with its start and
+ * is followed by the rest's tokens), cut to 40 bytes; at most 16 of them. Made once (a scan
+ * of the vocabulary), shared by any number of samplers. MVM_ERR_INVALID for an empty
+ * breaker, too many, or a model without a vocabulary; MVM_ERR_NOMEM. */
+typedef struct mvm_dry_breakers mvm_dry_breakers;
+mvm_status mvm_dry_breakers_create(const mvm_engine *e, const char *const *breakers, size_t n,
+                                   mvm_dry_breakers **out);
+/* NULL is a no-op. */
+void mvm_dry_breakers_free(mvm_dry_breakers *b);
+/* The breakers s's DRY reads (b must outlive s; NULL: none, the default). */
+void mvm_sampler_set_dry_breakers(mvm_sampler *s, const mvm_dry_breakers *b);
 
 /* Log-probabilities as llama.cpp's server and OpenAI's API report them: of the model's
  * distribution softmax(logits[0..n)), before any penalty, filter or temperature. The k
