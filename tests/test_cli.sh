@@ -196,6 +196,25 @@ expect 2 'moevm run: .*nonexistent.gbnf' -- "$moevm" run -m "$m" -p x --grammar-
 expect 2 '^moevm run: --grammar and -j: give one grammar or one JSON schema$' -- "$moevm" run -m "$m" -p x --grammar 'root ::= "a"' -j '{}'
 expect 2 '^moevm chat: -j: json_schema: ' -- "$moevm" chat -m "$m" -j '{"type": '
 expect 2 '^moevm chat: -jf: json_schema: ' -- sh -c "echo '{\"type\": \"frobnicate\"}' >'$tmp/bad.json' && '$moevm' chat -m '$m' -jf '$tmp/bad.json'"
+# llama.cpp's further sampling options (their numbers: test_sampler, ref_sampler): a greedy
+# run's text changed by a frequency penalty that forbids repeats, the same text again from
+# the same seed under Mirostat and DRY (chat too), and bad values refused with one line.
+"$moevm" run -m "$m" -p "Once" -n 40 --temp 0 --ignore-eos >"$tmp/s0.out" 2>/dev/null
+"$moevm" run -m "$m" -p "Once" -n 40 --temp 0 --ignore-eos --frequency-penalty 100 >"$tmp/s1.out" 2>/dev/null
+check 'run --frequency-penalty 100: another greedy text' "[ -s '$tmp/s1.out' ] && ! cmp -s '$tmp/s0.out' '$tmp/s1.out'" "$tmp/s1.out"
+for opts in "--mirostat 2 --mirostat-ent 3" "--dry-multiplier 0.8 --dry-sequence-breaker none" "--dry-multiplier 2 --dry-sequence-breaker x --dry-penalty-last-n -1 --typical 0.9 --xtc-probability 0.5 --top-nsigma 2 --dynatemp-range 0.5"; do
+    # shellcheck disable=SC2086 # opts is a list of options
+    "$moevm" run -m "$m" -p "Once" -n 30 --temp 1 -s 5 $opts >"$tmp/s2.out" 2>/dev/null
+    # shellcheck disable=SC2086
+    "$moevm" run -m "$m" -p "Once" -n 30 --temp 1 -s 5 $opts >"$tmp/s3.out" 2>/dev/null
+    check "run $opts: the seed's text again" "[ -s '$tmp/s2.out' ] && cmp -s '$tmp/s2.out' '$tmp/s3.out'" "$tmp/s3.out"
+done
+printf 'Hi\n' | "$moevm" chat -m "$m" --temp 1 -n 8 --dry-multiplier 1 --presence-penalty 1 >"$tmp/s4.out" 2>/dev/null
+check 'chat with DRY and a presence penalty: a reply' "[ -s '$tmp/s4.out' ]" "$tmp/s4.out"
+expect 2 '^moevm run: --mirostat 3: expected an integer in 0..2$' -- "$moevm" run -m "$m" -p x --mirostat 3
+expect 2 '^moevm run: --typical 2: expected a number in 0..1$' -- "$moevm" run -m "$m" -p x --typical 2
+expect 2 '^moevm chat: --dry-sequence-breaker: an empty sequence breaker$' -- "$moevm" chat -m "$m" --dry-sequence-breaker ''
+expect 2 '^moevm serve: --dry-base 0.5: expected a number in 1..1e\+06$' -- "$moevm" serve -m "$m" --dry-base 0.5
 # perplexity (llama-perplexity's; tests/ref/check_perplexity.py checks its numbers): the
 # running value a chunk and the estimate; the same whether the chunks go several a pass or
 # one in passes; a text too short for two chunks, no text, a bad -c or a sampling flag

@@ -685,6 +685,45 @@ def tools(s, arch):
           f"{arch}: reasoning_format none: {raw}")
 
 
+def sampling(s, arch):
+    """llama.cpp's further sampling fields, end to end, greedy so that each shows: a
+    frequency or presence penalty of 100 lets no token come twice in the window (the plain
+    greedy reply repeats, or the check means nothing); DRY lets no pair of tokens come again
+    (its breakers set to a byte no token of the reply holds); Mirostat and the other steps
+    reproduce a seed's reply; /props shows them; a bad one is a 400."""
+    ask = {"prompt": "Once upon a time", "n_predict": 96, "temperature": 0, "ignore_eos": True,
+           "return_tokens": True, "cache_prompt": False, "repeat_last_n": -1}
+    status, plain = s.post("/completion", ask)
+    toks = plain.get("tokens", [])
+    check(status == 200 and len(toks) > len(set(toks)),
+          f"{arch}: the greedy reply repeats no token: {toks}")
+    for field in ("frequency_penalty", "presence_penalty"):
+        status, body = s.post("/completion", dict(ask, **{field: 100}))
+        t = body.get("tokens", [])
+        check(status == 200 and t and len(t) == len(set(t)), f"{arch}: {field} 100: {t}")
+    pairs = lambda t: [tuple(t[i:i + 2]) for i in range(len(t) - 1)]
+    status, body = s.post("/completion", dict(ask, dry_multiplier=100, dry_allowed_length=1,
+                                              dry_penalty_last_n=-1,
+                                              dry_sequence_breakers=["\u0001"]))
+    t = body.get("tokens", [])
+    check(status == 200 and len(pairs(t)) == len(set(pairs(t))) and
+          len(pairs(toks)) > len(set(pairs(toks))), f"{arch}: DRY: {t} (plain {toks})")
+    drawn = dict(ask, temperature=0.9, seed=11, top_n_sigma=2, typical_p=0.95,
+                 xtc_probability=0.5, xtc_threshold=0.1, dynatemp_range=0.5, min_keep=2)
+    for extra in ({}, {"mirostat": 1}, {"mirostat": 2, "mirostat_tau": 3}):
+        a = s.post("/completion", dict(drawn, **extra))
+        b = s.post("/completion", dict(drawn, **extra))
+        check(a[0] == b[0] == 200 and a[1]["tokens"] == b[1]["tokens"] and a[1]["tokens"],
+              f"{arch}: seeded {extra}: {a} {b}")
+    status, text = s.request("GET", "/props")
+    params = json.loads(text)["default_generation_settings"]["params"]
+    check(params["dry_base"] == 1.75 and params["dry_allowed_length"] == 2 and
+          params["dry_penalty_last_n"] == 64 and params["mirostat_tau"] == 5 and
+          params["typical_p"] == 1 and "dry" in params["samplers"], f"{arch}: /props {params}")
+    status, body = s.post("/v1/completions", {"prompt": "x", "mirostat": 5})
+    check(status == 400 and "'mirostat'" in body["error"]["message"], f"{arch}: mirostat 5: {body}")
+
+
 def default_grammar(moevm, model, arch):
     """`serve --grammar`: requests without a constraint of their own take it; one with its
     own takes that. A grammar that does not parse stops the server before it loads."""
@@ -1006,6 +1045,7 @@ def main():
             logprobs(s, moevm, model, arch, work)
             errors(s, arch)
             grammars(s, arch)
+            sampling(s, arch)
             tools(s, arch)
             framing(s, arch)
             concurrent(s, arch)

@@ -35,6 +35,10 @@ static const char *const seeds[] = {
     "{\"prompt\": [5, \"Once\", 7], \"n_predict\": 3, \"id_slot\": 1, \"cache_prompt\": false, "
     "\"return_tokens\": true, \"repeat_last_n\": -1, \"n_probs\": 4, \"grammar\": \"\", "
     "\"logit_bias\": [[5, false], [\"a\", 1.5]]}",
+    "{\"prompt\": \"x\", \"frequency_penalty\": 0.5, \"presence_penalty\": 0.5, "
+    "\"dry_multiplier\": 0.8, \"dry_penalty_last_n\": 32, \"dry_sequence_breakers\": [\"\\n\"], "
+    "\"typical_p\": 0.9, \"top_n_sigma\": 1, \"xtc_probability\": 0.5, \"mirostat\": 0, "
+    "\"dynatemp_range\": 0.5, \"min_keep\": 1}",
 };
 
 /* Fragments a mutation splices in: structure, wrong types, extremes, escapes, field names. */
@@ -346,6 +350,88 @@ static void test_logit_bias(const serve_api *a)
     }
 }
 
+/* An error message stays one line when what it quotes holds a newline (a schema's
+ * property name here; the fuzzer found it): the character written as an escape. */
+static void test_error_one_line(const serve_api *a)
+{
+    static const char body[] = "{\"prompt\": \"x\", \"json_schema\": {\"type\": \"object\", "
+                               "\"properties\": {\"a\\nb\": {\"type\": \"frob\"}}}}";
+    int status = 0;
+    char *error = NULL;
+    serve_req *r = serve_api_request(a, SERVE_COMPLETION, body, sizeof body - 1, &status, &error);
+    cJSON *o = error ? cJSON_Parse(error) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"),
+                                                      "message");
+    CHECK(!r && status == 400 && cJSON_IsString(m) && !strchr(m->valuestring, '\n'));
+    if (cJSON_IsString(m))
+        fprintf(stderr, "  %s\n", m->valuestring);
+    cJSON_Delete(o);
+    free(error);
+}
+
+/* llama.cpp's further sampling fields into the request's sampler parameters; DRY's own
+ * breakers made where DRY is on (shared by a request's replies, each keeping the first
+ * alive), not where it is off; each bad value a 400 naming its field. */
+static void test_sampling_fields(const serve_api *a)
+{
+    static const char all[] =
+        "{\"prompt\": \"x\", \"n\": 2, \"frequency_penalty\": 0.5, \"presence_penalty\": -0.25, "
+        "\"dry_multiplier\": 0.8, \"dry_base\": 0.5, \"dry_allowed_length\": 3, "
+        "\"dry_penalty_last_n\": -1, \"dry_sequence_breakers\": [\"\\n\", \"ab\"], "
+        "\"top_n_sigma\": 1.5, \"typical_p\": 0.9, \"xtc_probability\": 0.5, "
+        "\"xtc_threshold\": 0.2, \"dynatemp_range\": 0.3, \"dynatemp_exponent\": 2, "
+        "\"mirostat\": 2, \"mirostat_tau\": 4, \"mirostat_eta\": 0.2, \"min_keep\": 2}";
+    serve_req *r[2] = {0};
+    int status = 0;
+    char *error = NULL;
+    CHECK(serve_api_requests(a, SERVE_COMPLETION, all, sizeof all - 1, r, 2, &status, &error) ==
+          2);
+    for (int i = 0; i < 2 && r[1]; i++) {
+        const mvm_sampler_params *p = &r[i]->sp;
+        CHECK(p->frequency_penalty == 0.5f && p->presence_penalty == -0.25f &&
+              p->dry_multiplier == 0.8f && p->dry_base == a->defaults.dry_base &&
+              p->dry_allowed_length == 3 && p->dry_last_n == a->n_ctx &&
+              p->top_n_sigma == 1.5f && p->typical_p == 0.9f && p->xtc_probability == 0.5f &&
+              p->xtc_threshold == 0.2f && p->dynatemp_range == 0.3f &&
+              p->dynatemp_exponent == 2 && p->mirostat == 2 && p->mirostat_tau == 4 &&
+              p->mirostat_eta == 0.2f && p->min_keep == 2);
+        CHECK(!r[i]->own_breakers && r[i]->breakers == a->default_breakers); /* Mirostat */
+    }
+    serve_req_release(r[0]), serve_req_release(r[1]);
+    /* DRY on: its breakers made once, the second reply reading the first's */
+    static const char dry[] = "{\"prompt\": \"x\", \"n\": 2, \"dry_multiplier\": 0.8, "
+                              "\"dry_penalty_last_n\": 64, "
+                              "\"dry_sequence_breakers\": [\":\", \"ab\"]}";
+    r[0] = r[1] = NULL;
+    CHECK(serve_api_requests(a, SERVE_COMPLETION, dry, sizeof dry - 1, r, 2, &status, &error) ==
+          2);
+    CHECK(r[0] && r[1] && r[0]->own_breakers && r[0]->breakers == r[0]->own_breakers &&
+          r[1]->breakers == r[0]->own_breakers && r[1]->owner == r[0] && !r[1]->own_breakers);
+    serve_req_release(r[0]); /* r[1] still reads them (ASan would see otherwise) */
+    CHECK(r[1] && r[1]->breakers && r[1]->breakers == r[1]->owner->own_breakers);
+    serve_req_release(r[1]);
+    static const struct { const char *body; const char *says; } bad[] = {
+        {"{\"prompt\": \"x\", \"mirostat\": 3}", "'mirostat'"},
+        {"{\"prompt\": \"x\", \"typical_p\": 2}", "'typical_p'"},
+        {"{\"prompt\": \"x\", \"xtc_threshold\": -1}", "'xtc_threshold'"},
+        {"{\"prompt\": \"x\", \"frequency_penalty\": \"a\"}", "'frequency_penalty'"},
+        {"{\"prompt\": \"x\", \"dry_penalty_last_n\": -2}", "'dry_penalty_last_n'"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": []}", "'dry_sequence_breakers'"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": [\"\"]}", "'dry_sequence_breakers'"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": \":\"}", "'dry_sequence_breakers'"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": [1]}", "'dry_sequence_breakers'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        error = NULL;
+        serve_req *q = serve_api_request(a, SERVE_COMPLETION, bad[i].body, strlen(bad[i].body),
+                                         &status, &error);
+        CHECK(!q && status == 400 && error && strstr(error, bad[i].says));
+        if (q || !error || !strstr(error, bad[i].says))
+            fprintf(stderr, "  %s: %s\n", bad[i].body, error ? error : "-");
+        serve_req_release(q), free(error);
+    }
+}
+
 /* A chat's tools under "auto": a lazy grammar lets the reply be anything until the
  * syntax's call begins (this preset's: Hermes), then holds the call to the tools; "none"
  * and a request's own grammar make none, "required" one that is not lazy. */
@@ -437,6 +523,8 @@ int main(int argc, char **argv)
     test_prompt_shapes(argv[1], argv[2]);
     test_several_prompts(&a);
     test_logit_bias(&a);
+    test_sampling_fields(&a);
+    test_error_one_line(&a);
     test_lazy_tools(&a);
 
     /* their mutations, each body read as every route */

@@ -14,6 +14,14 @@ void mvm_cli_engine_init(mvm_cli_engine *e)
         .s = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 42,
               .repeat_penalty = 1.0f, .repeat_last_n = 64},
         .n_predict = -1};
+    mvm_cli_sampling_init(&e->sampling);
+}
+
+void mvm_cli_engine_free(mvm_cli_engine *e)
+{
+    mvm_cli_grammar_free(&e->grammar);
+    mvm_dry_breakers_free(e->breakers);
+    e->breakers = NULL;
 }
 
 static int sampling_option(const mvm_cli_iter *it, mvm_cli_engine *e)
@@ -72,6 +80,7 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     case MVM_CLI_E_TEMPLATE: e->template_file = v; return 0;
     default: {
         int r = sampling_option(it, e);
+        r = r >= 0 ? r : mvm_cli_sampling_option(c, it->id, f, v, &e->sampling);
         return r >= 0 ? r : mvm_cli_grammar_option(c, it->id, f, v, &e->grammar);
     }
     }
@@ -115,7 +124,9 @@ void mvm_cli_engine_usage(FILE *f)
             "                  --min-p 0.05 (llama.cpp's)\n"
             "  --repeat-penalty P  the logits of the last --repeat-last-n tokens (default 64)\n"
             "                  divided by P (default 1: off)\n"
-            "  -s, --seed N    the sampler's random stream (default 42)\n"
+            "  -s, --seed N    the sampler's random stream (default 42)\n");
+    mvm_cli_sampling_usage(f);
+    fprintf(f,
             "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n"
             "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n");
     mvm_cli_grammar_usage(f);
@@ -144,6 +155,12 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
         return mvm_cli_error(cmd, "loading the model");
     mvm_engine_info in;
     mvm_engine_get_info(*out, &in);
+    mvm_cli_sampling_apply(&e->sampling, in.n_ctx, &e->s);
+    if (mvm_cli_sampling_breakers(cmd, &e->sampling, &e->s, *out, &e->breakers)) {
+        mvm_engine_free(*out);
+        *out = NULL;
+        return 1;
+    }
     if (e->p.cpu_moe)
         mvm_cli_cpu_moe_note(cmd, e->p.n_cpu_moe, in.n_layer);
     char budget[64] = "experts read at their homes";

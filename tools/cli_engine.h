@@ -11,6 +11,7 @@
 #include "moevm/engine.h"
 #include "tools/cli.h"
 #include "tools/cli_grammar.h"
+#include "tools/cli_sampling.h"
 
 enum {
     MVM_CLI_E_MODEL = 1000, MVM_CLI_E_THREADS, MVM_CLI_E_CTX, MVM_CLI_E_BATCH,
@@ -37,7 +38,8 @@ enum {
     {"top-p", 0, 1, MVM_CLI_E_TOPP}, {"min-p", 0, 1, MVM_CLI_E_MINP},                           \
     {"seed", 's', 1, MVM_CLI_E_SEED}, {"repeat-penalty", 0, 1, MVM_CLI_E_REPEAT},              \
     {"repeat-last-n", 0, 1, MVM_CLI_E_REPEAT_N}, {"ignore-eos", 0, 0, MVM_CLI_E_IGNORE_EOS},  \
-    {"chat-template-file", 0, 1, MVM_CLI_E_TEMPLATE}, MVM_CLI_GRAMMAR_OPTS
+    {"chat-template-file", 0, 1, MVM_CLI_E_TEMPLATE}, MVM_CLI_GRAMMAR_OPTS,                    \
+    MVM_CLI_SAMPLING_OPTS
 
 typedef struct mvm_cli_engine {
     mvm_engine_params p;
@@ -46,11 +48,15 @@ typedef struct mvm_cli_engine {
     int ignore_eos;    /* end-of-generation tokens are never sampled */
     const char *template_file; /* a Jinja chat template in place of the model's, or NULL */
     mvm_cli_grammar grammar;   /* --grammar, --json-schema: every reply's constraint */
+    mvm_cli_sampling sampling; /* llama.cpp's other sampling options, in s once loaded */
+    mvm_dry_breakers *breakers; /* DRY's, made at the load; NULL without DRY */
 } mvm_cli_engine;
 
 /* The defaults: llama.cpp's sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
  * no repetition penalty over the last 64), seed 42, replies until they end. */
 void mvm_cli_engine_init(mvm_cli_engine *e);
+/* Frees what the options and the load made (the grammar, DRY's breakers). */
+void mvm_cli_engine_free(mvm_cli_engine *e);
 /* it->id one of the rows: applied, 0; 2 after a one-line error; -1 when it is not one. */
 int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e);
 /* After the last option: -1 to go on; 2 after a one-line error (no -m, both --gpu-budget
@@ -60,7 +66,8 @@ int mvm_cli_engine_check(const char *cmd, mvm_cli_engine *e);
 void mvm_cli_engine_usage(FILE *f);
 /* Loads e->p's model with a progress line, and says on stderr what was loaded; with
  * e->template_file, that chat template in place of the model's (the file read first, so a
- * missing one fails before the load). 0; or, after "moevm <cmd>: ...", 2 for a template
+ * missing one fails before the load); the sampling options then complete e->s (the
+ * context known), and DRY's breakers are made (e->breakers: mvm_cli_engine_free). 0; or, after "moevm <cmd>: ...", 2 for a template
  * file that cannot be read, 1 for any other failure (*out then NULL). */
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out);
 /* The tokens a[0..na) and b[0..nb) share at their start. */

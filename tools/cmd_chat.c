@@ -358,6 +358,7 @@ static int open_chat(struct chat *c)
     c->n_keep = mvm_cli_reply_markers(c->e, c->keep, sizeof c->keep / sizeof *c->keep);
     if (mvm_sampler_create(&c->o.s, in.n_vocab, &c->sampler) != MVM_OK)
         return mvm_cli_error("chat", "sampler");
+    mvm_sampler_set_dry_breakers(c->sampler, c->o.breakers);
     if (!(c->logits = malloc(in.n_vocab * sizeof *c->logits)) ||
         !(c->cached = malloc(in.n_ctx * sizeof *c->cached)) || reset(c)) {
         fprintf(stderr, "moevm chat: out of memory\n");
@@ -381,7 +382,7 @@ int mvm_cmd_chat(int argc, char **argv)
     }
     mvm_sampler_free(c.sampler);
     mvm_engine_free(c.e);
-    mvm_cli_grammar_free(&c.o.grammar);
+    mvm_cli_engine_free(&c.o);
     cJSON_Delete(c.messages);
     free(c.cached), free(c.prompt), free(c.logits);
     return rc;

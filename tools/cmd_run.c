@@ -53,6 +53,7 @@ struct session {
     mvm_trace_out *trace;
     mvm_sampler *sampler;
     mvm_grammar *grammar; /* --grammar's, constraining sampler; NULL without one */
+    mvm_dry_breakers *breakers; /* DRY's, read by sampler; NULL without DRY */
     mvm_logits_out lf;
     mvm_sim_inputs inputs; /* --predictor's bytes, --hot-profile's counts */
     int32_t *prompt; /* then the tokens generated after it */
@@ -380,8 +381,12 @@ static int prepare_generation(struct session *s)
                              .seed = a->seed + (s->dist ? mvm_dist_rank(s->dist) : 0),
                              .repeat_penalty = a->repeat_penalty,
                              .repeat_last_n = a->repeat_last_n};
+    mvm_cli_sampling_apply(&a->sampling, in.n_ctx, &sp);
     if (mvm_sampler_create(&sp, in.n_vocab, &s->sampler) != MVM_OK)
         return mvm_cli_error("run", "sampler");
+    if (mvm_cli_sampling_breakers("run", &a->sampling, &sp, s->e, &s->breakers))
+        return 1;
+    mvm_sampler_set_dry_breakers(s->sampler, s->breakers);
     if (mvm_cli_grammar_attach("run", &a->grammar, s->e, s->sampler, &s->grammar))
         return 1;
     size_t rows = a->logits_out ? s->n_prompt : 1;
@@ -525,6 +530,7 @@ int mvm_cmd_run(int argc, char **argv)
     if (mvm_logits_close(&s.lf, s.a.logits_out) && !rc)
         rc = 1;
     mvm_sampler_free(s.sampler);
+    mvm_dry_breakers_free(s.breakers);
     mvm_grammar_free(s.grammar);
     mvm_cli_grammar_free(&s.a.grammar);
     mvm_engine_free(s.e); /* before the model and the pool it uses */

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "tools/cli_grammar.h"
+#include "tools/cli_sampling.h"
 
 struct run_args {
     const char *model, *prompt, *file, *tokens, *trace_out, *logits_out, *budget;
@@ -24,6 +25,7 @@ struct run_args {
     int json;       /* -o json: the report as one JSON object on stdout, not the text */
     int ignore_eos; /* end-of-generation tokens are never sampled */
     mvm_cli_grammar grammar; /* --grammar, --json-schema */
+    mvm_cli_sampling sampling; /* --frequency-penalty, --dry-*, --mirostat, ... */
 };
 
 /* Parses and checks the options (reading -f's file). -1: go on; else the exit code, after

@@ -15,6 +15,7 @@ static void usage(FILE *f)
             "usage: moevm run -m MODEL.gguf [-p PROMPT | -f FILE | --tokens ID,ID,...] [-n N]\n"
             "                 [-t THREADS] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                 [--repeat-penalty X] [--repeat-last-n N] [-s SEED] [-c N] [-b N]\n"
+            "                 [llama.cpp's other sampling options, below]\n"
             "                 [--kv-type f16|f32|q8_0] [--gpu-budget SIZE|PCT | --n-cpu-moe N]\n"
             "                 [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
@@ -41,7 +42,9 @@ static void usage(FILE *f)
             "  --repeat-penalty  the logits of the last --repeat-last-n tokens, the prompt's\n"
             "                included, divided by X where positive, multiplied where not\n"
             "                (default 1 = off; --repeat-last-n default 64, 0 = off)\n"
-            "  -s, --seed    the sampling seed (default 42)\n"
+            "  -s, --seed    the sampling seed (default 42)\n");
+    mvm_cli_sampling_usage(f);
+    fprintf(f,
             "  -c, --ctx, --ctx-size  KV cache positions (default or 0: prompt + n)\n"
             "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
             "  --kv-type, -ctk, -ctv  the KV cache's elements, keys and values alike: f16\n"
@@ -133,13 +136,15 @@ static const mvm_cli_opt run_opts[] = {
     {"period", 0, 1, O_PERIOD},         {"homes", 0, 1, O_HOMES},
     {"output-format", 'o', 1, O_OUTPUT},
     {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE},
-    MVM_CLI_GRAMMAR_OPTS, {0}};
+    MVM_CLI_GRAMMAR_OPTS, MVM_CLI_SAMPLING_OPTS, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
 static int parse_option(struct run_args *a, int id, const char *f, char *v)
 {
     a->dist_flag |= id == O_PLACE || id == O_SERVER_MEM || id == O_PERIOD || id == O_HOMES;
     int g = mvm_cli_grammar_option("run", id, f, v, &a->grammar);
+    if (g < 0)
+        g = mvm_cli_sampling_option("run", id, f, v, &a->sampling);
     if (g >= 0)
         return g;
     switch (id) {
@@ -239,6 +244,7 @@ int mvm_run_parse_args(int argc, char **argv, struct run_args *a)
     *a = (struct run_args){.n_predict = 64, .batch = MVM_DEFAULT_BATCH, .seed = 42,
                            .top_k = 40, .temp = 0.8f, .top_p = 0.95f, .period = 256, .homes = 1,
                            .repeat_penalty = 1, .repeat_last_n = 64};
+    mvm_cli_sampling_init(&a->sampling);
     mvm_cli_iter it = {.cmd = "run", .usage = usage, .opts = run_opts, .argc = argc,
                        .argv = argv};
     int next;

@@ -212,6 +212,7 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
                            .default_ignore_eos = a->o.ignore_eos, .model_path = a->o.p.model,
                            .api_keys = (const char *const *)a->keys, .n_api_keys = a->n_keys,
                            .default_grammar = a->o.grammar.gbnf,
+                           .default_breakers = a->o.breakers,
                            .reasoning_none = a->reasoning_none};
     serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, &api, &port);
     pthread_t t;
@@ -240,7 +241,7 @@ int mvm_cmd_serve(int argc, char **argv)
     mvm_cli_engine_init(&a.o);
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) {
-        mvm_cli_grammar_free(&a.o.grammar);
+        mvm_cli_engine_free(&a.o);
         for (uint32_t i = 0; i < a.n_keys; i++)
             free(a.keys[i]);
         return rc;
@@ -258,7 +259,7 @@ int mvm_cmd_serve(int argc, char **argv)
     if (!rc)
         rc = run(&a, e, &sigs);
     mvm_engine_free(e);
-    mvm_cli_grammar_free(&a.o.grammar);
+    mvm_cli_engine_free(&a.o);
     for (uint32_t i = 0; i < a.n_keys; i++)
         free(a.keys[i]);
     return rc;

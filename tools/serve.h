@@ -62,6 +62,10 @@ typedef struct serve_req {
     uint32_t top_logprobs;    /* and that of its most probable alternatives */
     int32_t id_slot;          /* the slot it must have; -1: any */
     mvm_sampler_params sp;
+    const mvm_dry_breakers *breakers; /* DRY's: own_breakers, the server's, or NULL */
+    mvm_dry_breakers *own_breakers;   /* the request's dry_sequence_breakers, or NULL */
+    struct serve_req *owner;  /* the request whose own_breakers a sibling reads (a
+                                 reference held), or NULL */
     mvm_grammar *grammar;     /* the replies' constraint (its own), or NULL */
     char *stop[SERVE_MAX_STOP];
     uint32_t n_stop;

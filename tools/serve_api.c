@@ -1,6 +1,6 @@
 /*
- * The OpenAI API's JSON (serve_api.h). Fields the server does not use (presence_penalty,
- * user, ...) are accepted and ignored, as llama.cpp's server does, so that
+ * The OpenAI API's JSON (serve_api.h). Fields the server does not use (user, n_keep, ...)
+ * are accepted and ignored, as llama.cpp's server does, so that
  * clients sending them work; the fields it does use are checked, and a wrong type or range
  * is a 400 naming the field.
  */
@@ -17,10 +17,34 @@
 #include "tools/cli.h"
 #include "vmm/error.h"
 
+/* message on one line: a control character in it (a field's name or value it quotes) as
+ * an escape, \n or \x01, so that a client's log shows it and the line stays one. */
+static char *one_line(const char *message)
+{
+    size_t n = 0;
+    for (const char *p = message; *p; p++)
+        n += (unsigned char)*p < 0x20 ? 4 : 1;
+    char *out = malloc(n + 1), *o = out;
+    for (const char *p = message; out && *p; p++) {
+        const unsigned char c = (unsigned char)*p;
+        if (c >= 0x20)
+            *o++ = (char)c;
+        else if (c == '\n' || c == '\t')
+            *o++ = '\\', *o++ = c == '\n' ? 'n' : 't';
+        else
+            o += sprintf(o, "\\x%02x", c);
+    }
+    if (out)
+        *o = '\0';
+    return out;
+}
+
 char *serve_api_error(const char *message, const char *type)
 {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(err, "message", message);
+    char *line = one_line(message);
+    cJSON_AddStringToObject(err, "message", line ? line : "out of memory");
+    free(line);
     cJSON_AddStringToObject(err, "type", type);
     cJSON_AddNullToObject(err, "param");
     cJSON_AddNullToObject(err, "code");
@@ -29,9 +53,7 @@ char *serve_api_error(const char *message, const char *type)
     return out;
 }
 
-/* A number field in [lo, hi] (a whole one where `whole`) into *out when present; else *out
- * stays. A message in bad. */
-static int number(const cJSON *body, const char *key, double lo, double hi, int whole,
+int serve_api_number(const cJSON *body, const char *key, double lo, double hi, int whole,
                   double *out, char *bad, size_t cap)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
@@ -57,34 +79,6 @@ int serve_api_flag(const cJSON *body, const char *key, int *out, char *bad, size
         return -1;
     }
     *out = cJSON_IsTrue(v);
-    return 0;
-}
-
-static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *bad, size_t cap)
-{
-    double t = a->defaults.temperature, p = a->defaults.top_p, k = a->defaults.top_k;
-    double mp = a->defaults.min_p, rp = a->defaults.repeat_penalty;
-    double seed = (double)(a->defaults.seed & 0xFFFFFFFF), max = a->default_max_tokens;
-    double mct = -2, np = -2, last = a->defaults.repeat_last_n;
-    int bad_any = number(body, "temperature", 0, 100, 0, &t, bad, cap) |
-                  number(body, "top_p", 1e-6, 1, 0, &p, bad, cap) |
-                  number(body, "top_k", 0, 1 << 24, 1, &k, bad, cap) |
-                  number(body, "min_p", 0, 1, 0, &mp, bad, cap) |
-                  number(body, "repeat_penalty", 1e-3, 100, 0, &rp, bad, cap) |
-                  number(body, "seed", -9.2e18, 9.2e18, 1, &seed, bad, cap) |
-                  number(body, "max_tokens", -1, 1 << 24, 1, &max, bad, cap) |
-                  number(body, "max_completion_tokens", -1, 1 << 24, 1, &mct, bad, cap) |
-                  number(body, "n_predict", -1, 1 << 24, 1, &np, bad, cap) |
-                  number(body, "repeat_last_n", -1, 1 << 24, 1, &last, bad, cap);
-    if (bad_any)
-        return -1;
-    r->sp = a->defaults;
-    r->sp.temperature = (float)t, r->sp.top_p = (float)p, r->sp.top_k = (int32_t)k;
-    r->sp.min_p = (float)mp, r->sp.repeat_penalty = (float)rp;
-    r->sp.seed = (uint64_t)(int64_t)seed;
-    /* llama.cpp's -1: the whole context */
-    r->sp.repeat_last_n = last < 0 ? a->n_ctx : (uint32_t)last;
-    r->max_tokens = (int32_t)(np > -2 ? np : mct > -2 ? mct : max);
     return 0;
 }
 
@@ -281,7 +275,7 @@ static int several(const cJSON *p)
 }
 
 /* A request like r (a prompt of its own to come); NULL without memory. */
-static serve_req *sibling(const serve_req *r)
+static serve_req *sibling(serve_req *r)
 {
     serve_req *c = serve_req_new();
     if (!c)
@@ -290,6 +284,13 @@ static serve_req *sibling(const serve_req *r)
     c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
     c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
     c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;
+    c->breakers = r->breakers;
+    if (r->own_breakers) { /* read from r's: r stays until c goes */
+        pthread_mutex_lock(&r->mu);
+        r->refs++;
+        pthread_mutex_unlock(&r->mu);
+        c->owner = r;
+    }
     if (serve_tools_copy(r, c) || serve_bias_copy(r, c)) {
         serve_req_release(c);
         return NULL;
@@ -367,16 +368,16 @@ static int logprobs(const cJSON *body, serve_req *r, char *bad, size_t cap)
     double top = -1;
     const double most = SERVE_MAX_LOGPROBS;
     if (r->kind == SERVE_LLAMA) {
-        if (number(body, "n_probs", 0, most, 1, &top, bad, cap))
+        if (serve_api_number(body, "n_probs", 0, most, 1, &top, bad, cap))
             return -1;
         r->logprobs = top > 0;
     } else if (r->kind == SERVE_COMPLETION) {
-        if (number(body, "logprobs", 0, most, 1, &top, bad, cap))
+        if (serve_api_number(body, "logprobs", 0, most, 1, &top, bad, cap))
             return -1;
         r->logprobs = top >= 0;
     } else {
         if (serve_api_flag(body, "logprobs", &r->logprobs, bad, cap) ||
-            number(body, "top_logprobs", 0, most, 1, &top, bad, cap))
+            serve_api_number(body, "top_logprobs", 0, most, 1, &top, bad, cap))
             return -1;
         if (top >= 0 && !r->logprobs) {
             snprintf(bad, cap, "'top_logprobs' needs 'logprobs': true");
@@ -392,7 +393,7 @@ static int slot_fields(const serve_api *a, const cJSON *body, serve_req *r, char
                        size_t cap)
 {
     double slot = -1;
-    if (number(body, "id_slot", -1, a->n_seq ? a->n_seq - 1.0 : 0, 1, &slot, bad, cap) ||
+    if (serve_api_number(body, "id_slot", -1, a->n_seq ? a->n_seq - 1.0 : 0, 1, &slot, bad, cap) ||
         serve_api_flag(body, "cache_prompt", &r->cache_prompt, bad, cap) ||
         serve_api_flag(body, "return_tokens", &r->return_tokens, bad, cap))
         return -1;
@@ -436,7 +437,8 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     int ok = r != NULL, stream = 0, ignore_eos = a->default_ignore_eos;
     if (r)
         r->kind = kind;
-    ok = ok && !sampling(a, root, r, bad, sizeof bad) && !stops(root, r, bad, sizeof bad);
+    ok = ok && !serve_sampling_read(a, root, r, bad, sizeof bad) &&
+         !stops(root, r, bad, sizeof bad);
     ok = ok && !serve_api_flag(root, "stream", &stream, bad, sizeof bad) &&
          !serve_api_flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
     ok = ok && !unsupported(root, bad, sizeof bad) && !slot_fields(a, root, r, bad, sizeof bad) &&
@@ -449,7 +451,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
     const cJSON *p = root ? cJSON_GetObjectItemCaseSensitive(root, "prompt") : NULL;
     const int list = ok && kind != SERVE_CHAT && !infill && several(p);
     double choices = 1; /* OpenAI's n: that many replies to the one prompt */
-    ok = ok && !number(root, "n", 1, SERVE_MAX_PROMPTS, 1, &choices, bad, sizeof bad);
+    ok = ok && !serve_api_number(root, "n", 1, SERVE_MAX_PROMPTS, 1, &choices, bad, sizeof bad);
     const uint32_t n = list ? (uint32_t)cJSON_GetArraySize(p) : (uint32_t)choices;
     if (ok && list && (n > max || stream || choices > 1)) {
         snprintf(bad, sizeof bad, choices > 1 ? "'n' above 1 takes one prompt, not a list"

@@ -26,6 +26,7 @@ typedef struct serve_api {
     const char *const *api_keys; /* a request must give one of them (but for /health) */
     uint32_t n_api_keys;         /* 0: no key is asked for */
     const char *default_grammar; /* --grammar's or --json-schema's GBNF; NULL: none */
+    const mvm_dry_breakers *default_breakers; /* DRY's, of the command line; NULL: none */
     int reasoning_none;          /* --reasoning-format none: a chat's reasoning stays content */
 } serve_api;
 
@@ -44,6 +45,10 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
 
 /* The body as a JSON object, nothing but white space after it; NULL with a message in bad. */
 cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap);
+/* A number field in [lo, hi] (a whole one where `whole`) into *out when present; else *out
+ * stays. -1 with a message in bad. */
+int serve_api_number(const cJSON *body, const char *key, double lo, double hi, int whole,
+                     double *out, char *bad, size_t cap);
 /* A boolean field into *out when present (else *out stays); -1 with a message in bad. */
 int serve_api_flag(const cJSON *body, const char *key, int *out, char *bad, size_t cap);
 /* The prompt text of a chat's `messages` (and `chat_template_kwargs`) in the model's
@@ -68,6 +73,11 @@ int serve_grammar_bind(const serve_api *a, const char *gbnf, serve_req *r, char 
 
 /* ---- logit_bias (serve_bias.c) ---- */
 
+/* The body's sampling fields into r->sp (serve_sampling.c; a's defaults where it has none),
+ * its max_tokens into r->max_tokens, and the breakers its DRY reads into r->breakers (its
+ * own dry_sequence_breakers made); -1 with a message in bad. */
+int serve_sampling_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
+                        size_t cap);
 /* The body's `logit_bias` into r; -1 with a message in bad (a shape it cannot be, a token
  * outside the vocabulary). */
 int serve_bias_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,

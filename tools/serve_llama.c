@@ -64,6 +64,30 @@ static double decimal(float f)
     return strtod(buf, NULL);
 }
 
+/* The further steps' parameters (engine.h), in llama.cpp's names and with its "off" values
+ * where a 0 here means the default. */
+static void further(cJSON *p, const mvm_sampler_params *sp)
+{
+    cJSON_AddNumberToObject(p, "frequency_penalty", decimal(sp->frequency_penalty));
+    cJSON_AddNumberToObject(p, "presence_penalty", decimal(sp->presence_penalty));
+    cJSON_AddNumberToObject(p, "dry_multiplier", decimal(sp->dry_multiplier));
+    cJSON_AddNumberToObject(p, "dry_base", sp->dry_base ? decimal(sp->dry_base) : 1.75);
+    cJSON_AddNumberToObject(p, "dry_allowed_length", sp->dry_allowed_length);
+    cJSON_AddNumberToObject(p, "dry_penalty_last_n", sp->dry_last_n);
+    cJSON_AddNumberToObject(p, "top_n_sigma", sp->top_n_sigma > 0 ? decimal(sp->top_n_sigma) : -1);
+    cJSON_AddNumberToObject(p, "typical_p", sp->typical_p ? decimal(sp->typical_p) : 1.0);
+    cJSON_AddNumberToObject(p, "xtc_probability", decimal(sp->xtc_probability));
+    cJSON_AddNumberToObject(p, "xtc_threshold", decimal(sp->xtc_threshold));
+    cJSON_AddNumberToObject(p, "dynatemp_range", decimal(sp->dynatemp_range));
+    cJSON_AddNumberToObject(p, "dynatemp_exponent",
+                            sp->dynatemp_exponent ? decimal(sp->dynatemp_exponent) : 1.0);
+    cJSON_AddNumberToObject(p, "mirostat", sp->mirostat);
+    cJSON_AddNumberToObject(p, "mirostat_tau", sp->mirostat_tau ? decimal(sp->mirostat_tau) : 5);
+    cJSON_AddNumberToObject(p, "mirostat_eta",
+                            sp->mirostat_eta ? decimal(sp->mirostat_eta) : 0.1);
+    cJSON_AddNumberToObject(p, "min_keep", sp->min_keep);
+}
+
 /* The sampling a request runs with (or the server's defaults), in llama.cpp's names. */
 static cJSON *params(const mvm_sampler_params *sp, int32_t n_predict, int ignore_eos,
                      int stream, uint32_t n_probs)
@@ -77,13 +101,15 @@ static cJSON *params(const mvm_sampler_params *sp, int32_t n_predict, int ignore
     cJSON_AddNumberToObject(p, "repeat_last_n", sp->repeat_last_n);
     cJSON_AddNumberToObject(p, "repeat_penalty",
                             sp->repeat_penalty ? decimal(sp->repeat_penalty) : 1.0);
+    further(p, sp);
     cJSON_AddNumberToObject(p, "max_tokens", n_predict);
     cJSON_AddNumberToObject(p, "n_predict", n_predict);
     cJSON_AddBoolToObject(p, "ignore_eos", ignore_eos);
     cJSON_AddBoolToObject(p, "stream", stream);
     cJSON_AddNumberToObject(p, "n_probs", n_probs);
     cJSON *samplers = cJSON_AddArrayToObject(p, "samplers");
-    static const char *const order[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
+    static const char *const order[] = {"penalties", "dry", "top_n_sigma", "top_k", "typ_p",
+                                        "top_p", "min_p", "xtc", "temperature"};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         cJSON_AddItemToArray(samplers, cJSON_CreateString(order[i]));
     return p;

@@ -37,6 +37,8 @@ void serve_req_release(serve_req *r)
         free(r->stop[i]);
     free(r->prompt), free(r->text), free(r->error), free(r->gen), free(r->probs);
     mvm_grammar_free(r->grammar);
+    mvm_dry_breakers_free(r->own_breakers);
+    serve_req_release(r->owner);
     cJSON_Delete(r->tools);
     free(r->force_name);
     free(r->bias);

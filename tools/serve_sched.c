@@ -434,6 +434,8 @@ static uint32_t admit(serve *s)
             pthread_mutex_unlock(&s->mu);
             finish(s, sl, NULL, mvm_last_error());
             pthread_mutex_lock(&s->mu);
+        } else {
+            mvm_sampler_set_dry_breakers(sl->sampler, r->breakers);
         }
     }
     uint32_t active = 0;

@@ -16,6 +16,8 @@
  *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut;
  *   - /tokenize, /detokenize and /apply-template answer a JSON object: their result with
  *     200, or an error object with a one-line message and 400;
+ *   - a request read has sampling parameters the sampler takes, and DRY's breakers (its own
+ *     where it gives them and DRY is on) of tokens of the vocabulary (serve_sampling.c);
  *   - a request read that names a grammar, a JSON Schema or a response_format with one, or
  *     forces a tool call, has a grammar of its own (tools/serve_grammar.c, serve_tools.c);
  *   - a chat's reply read into its parts (the syntax picked by the input's length): its
@@ -34,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/forward/sampler.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/grammar_impl.h"
 #include "tools/cli.h"
@@ -237,6 +240,14 @@ static void check_request(const serve_api *a, const serve_req *r, enum serve_kin
     require(r->sp.top_p > 0 && r->sp.top_p <= 1 && r->sp.top_k >= 0);
     require(r->sp.min_p >= 0 && r->sp.min_p <= 1 && r->sp.repeat_penalty > 0);
     require(r->max_tokens >= -1);
+    mvm_sampler *s = NULL; /* the sampler takes every request's parameters */
+    require(mvm_sampler_create(&r->sp, a->n_vocab, &s) == MVM_OK);
+    mvm_sampler_free(s);
+    /* DRY's breakers: the request's own where it made them, of tokens of the vocabulary */
+    require(!r->own_breakers || r->breakers == r->own_breakers);
+    for (uint32_t b = 0; r->breakers && b < r->breakers->n; b++)
+        require(r->breakers->b[b].head >= 0 && (uint32_t)r->breakers->b[b].head < a->n_vocab &&
+                r->breakers->b[b].len <= 20);
     require(r->n_stop <= SERVE_MAX_STOP);
     for (uint32_t i = 0; i < r->n_stop; i++)
         require(r->stop[i] && r->stop[i][0] && strlen(r->stop[i]) <= 256);

@@ -82,7 +82,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_serve.c" \
     "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
     "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" "$root/tools/serve_tools.c" \
-    "$root/tools/serve_bias.c" \
+    "$root/tools/serve_bias.c" "$root/tools/serve_sampling.c" "$root"/engine/forward/sampler*.c \
     "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c "$root"/engine/chat/chat_reply*.c \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
@@ -147,6 +147,8 @@ printf '%s' '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.5,
     serve_seed 0 completions
 printf '%s' '{"prompt": "x", "logprobs": 3}a\xe2\x82b' | serve_seed 16 completions-logprobs
 printf '%s' '{"prompt": ["x", [5, "y"], "z"], "logprobs": 1}ab' | serve_seed 8 completions-several
+printf '%s' '{"prompt": "x", "n": 2, "dry_multiplier": 0.8, "dry_penalty_last_n": -1, "dry_sequence_breakers": ["ab", "\n", "c"], "frequency_penalty": 0.5, "typical_p": 0.9, "mirostat": 0, "xtc_probability": 0.3, "min_keep": 2}ab' |
+    serve_seed 4 completions-sampling
 printf '%s' '{"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": [{"filename": "a.py", "text": "x = 1"}, {"text": "y"}], "prompt": "a", "n_predict": 4}' |
     serve_seed 3 infill
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
