@@ -5,7 +5,8 @@
 # vocabulary is filtered and the draw made again), on a model with Qwen3's vocabulary
 # (151,936 tokens: the filter's work grows with it) and little else, so that sampling is a
 # visible part of a token's time. With llama.cpp's CPU build (bench/llamacpp/build.sh cpu)
-# the same with llama-completion, whose eval rate it prints. Rounds interleaved, each
+# the same with llama-completion (its decode rate with its sampling time, which its eval
+# time line leaves out: bench/cpu/completion_rate.py). Rounds interleaved, each
 # engine's best kept (this VM's speed drifts). One line a case:
 #   RESULT bench=cpu_grammar model=qwen3-vocab temp=T grammar=none|json|schema threads=2
 #          moevm_tok_s=.. [llamacpp_tok_s=.. ratio=..] cost=.. (moevm's, against none)
@@ -47,10 +48,10 @@ moevm_rate() {
     "$moevm" run -m "$model" -p "Data:" -n "$n" -t "$threads" -o json "$@" \
         2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode"]["tokens_per_second"])'
 }
-# llama-completion's eval tok/s (its timings line), with extra options
+# llama-completion's decode tok/s, its sampling included (bench/cpu/completion_rate.py)
 llama_rate() {
     "$bin/llama-completion" -m "$model" -p "Data:" -n "$n" -t "$threads" -no-cnv \
-        "$@" </dev/null 2>&1 | sed -n 's/.*eval time.*runs.*( *[0-9.]* ms per token, *\([0-9.]*\) tokens per second).*/\1/p' | tail -1
+        "$@" </dev/null 2>&1 | python3 bench/cpu/completion_rate.py
 }
 best() { python3 -c 'import sys; v=[float(x) for x in sys.argv[1:] if x]; print(max(v) if v else 0)' "$@"; }
 

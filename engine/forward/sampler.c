@@ -198,9 +198,9 @@ static void sift_down(uint64_t *a, uint32_t i, uint32_t end)
     }
 }
 
-/* Moves the k largest of a[0..n) (0 < k < n) to a[0..k), in no particular order: a heap of
- * the best k so far with the worst at its root, so most keys cost one comparison. */
-static void select_largest(uint64_t *a, uint32_t n, uint32_t k)
+/* A heap of the best k so far with the worst at its root, so most keys cost one
+ * comparison. */
+void smp_select_largest(uint64_t *a, uint32_t n, uint32_t k)
 {
     for (uint32_t i = k / 2; i-- > 0;)
         sift_down(a, i, k);
@@ -315,7 +315,7 @@ static int32_t draw(mvm_sampler *s, const float *logits, uint32_t n)
     if (s->p.top_n_sigma > 0)
         m = smp_top_n_sigma(s, logits, m);
     if (s->p.top_k > 0 && (uint32_t)s->p.top_k < m) {
-        select_largest(key, m, (uint32_t)s->p.top_k);
+        smp_select_largest(key, m, (uint32_t)s->p.top_k);
         m = (uint32_t)s->p.top_k;
     }
     if (s->p.typical_p < 1)

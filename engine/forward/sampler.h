@@ -49,6 +49,8 @@ struct mvm_sampler {
 double smp_uniform01(mvm_sampler *s);
 uint64_t smp_key(float logit, uint32_t id);
 static inline uint32_t smp_id(uint64_t key) { return ~(uint32_t)key; }
+/* Moves the k largest of a[0..n) (0 < k < n) to a[0..k), in no particular order. */
+void smp_select_largest(uint64_t *a, uint32_t n, uint32_t k);
 /* Sorts a[0..n) into descending order, tmp[0..n) its scratch. */
 void smp_sort_descending(uint64_t *a, uint64_t *tmp, uint32_t n);
 /* The highest logit among the m candidates. */

@@ -10,17 +10,20 @@
 
 #include "engine/forward/sampler.h"
 
-/* The candidates' probabilities (untempered) into s->weight, their entropy returned. */
-static double entropy(mvm_sampler *s, const float *l, uint32_t m)
+/* The candidates' probabilities (untempered) into s->weight, their entropy returned, and
+ * the log of their normaliser (*log_z, logits less *max): a probability's log is
+ * l - max - log_z, so no logarithm is taken a candidate. */
+static double entropy(mvm_sampler *s, const float *l, uint32_t m, float *max, double *log_z)
 {
-    const double z = smp_weights(s, l, m, smp_max(s, l, m), 1);
-    double h = 0;
+    *max = smp_max(s, l, m);
+    const double z = smp_weights(s, l, m, *max, 1);
+    double mean = 0; /* of l - max, weighted by the probabilities */
     for (uint32_t i = 0; i < m; i++) {
         s->weight[i] /= z;
-        if (s->weight[i] > 0)
-            h -= s->weight[i] * log(s->weight[i]);
+        mean += s->weight[i] * ((double)l[smp_id(s->key[i])] - *max);
     }
-    return h;
+    *log_z = log(z);
+    return *log_z - mean;
 }
 
 /* Top-n-sigma (Tang et al. 2024): the logits within n standard deviations of the highest,
@@ -47,17 +50,19 @@ uint32_t smp_top_n_sigma(mvm_sampler *s, const float *l, uint32_t m)
 
 /* Locally typical sampling (Meister et al. 2023): the candidates in order of how far their
  * surprise is from the entropy, kept until their probability sums past typical_p. Equal
- * distances keep the key order (the higher logit, then the lower id). */
+ * distances keep the candidates' order (the ids' where no step before reordered them). */
 uint32_t smp_typical(mvm_sampler *s, const float *l, uint32_t m)
 {
     uint64_t *key = s->key, *order = s->order;
-    smp_sort_descending(key, s->tmp, m); /* rank r: key[r] */
-    const double h = entropy(s, l, m);
+    float max;
+    double log_z;
+    const double h = entropy(s, l, m, &max, &log_z);
     for (uint32_t r = 0; r < m; r++) {
-        const float d = (float)fabs(-log(s->weight[r]) - h); /* >= 0: its bits order as it */
+        const double surprise = log_z - ((double)l[smp_id(key[r])] - max);
+        const float d = (float)fabs(surprise - h); /* >= 0: its bits order as it does */
         uint32_t bits;
         memcpy(&bits, &d, sizeof bits);
-        order[r] = (uint64_t)~bits << 32 | ~r; /* descending: the nearest, then rank */
+        order[r] = (uint64_t)~bits << 32 | ~r; /* descending: the nearest, then the first */
     }
     smp_sort_descending(order, s->tmp, m);
     double cum = 0;
@@ -103,7 +108,10 @@ double smp_temperature(mvm_sampler *s, const float *l, uint32_t m)
     if (range <= 0 || m <= 1)
         return t;
     const double lo = t > range ? t - range : 0, hi = t + range;
-    return lo + (hi - lo) * pow(entropy(s, l, m) / log((double)m), s->p.dynatemp_exponent);
+    float max;
+    double log_z;
+    const double h = entropy(s, l, m, &max, &log_z);
+    return lo + (hi - lo) * pow(h / log((double)m), s->p.dynatemp_exponent);
 }
 
 /* How many of the sorted candidates Mirostat 1 keeps: the k of a Zipf law fitted to the
@@ -124,23 +132,38 @@ static uint32_t mirostat1_k(const mvm_sampler *s, uint32_t m, uint32_t n)
 
 /* Mirostat (Basu et al. 2021), llama.cpp's: the logits divided by the temperature, the
  * candidates cut to Mirostat 1's k, or (Mirostat 2) to those whose surprise is at most mu,
- * one drawn from what is left, and mu moved by eta towards the target surprise tau. */
+ * one drawn from what is left, and mu moved by eta towards the target surprise tau. Only
+ * what is kept is sorted (the draw's order): Mirostat 1 reads the 100 most probable, and
+ * Mirostat 2's cut is a floor on the probability. */
 int32_t smp_mirostat(mvm_sampler *s, const float *l, uint32_t m, uint32_t n)
 {
     uint64_t *key = s->key;
-    smp_sort_descending(key, s->tmp, m);
-    const float max = l[smp_id(key[0])];
-    const double z = smp_weights(s, l, m, max, s->p.temperature);
-    uint32_t kept = 0;
-    if (s->p.mirostat == 1)
-        kept = mirostat1_k(s, m, n);
-    else
-        while (kept < m && -log2(s->weight[kept] / z) <= s->mu)
-            kept++;
-    kept = kept ? kept : 1;
-    double total = 0;
-    for (uint32_t i = 0; i < kept; i++)
-        total += s->weight[i];
+    const double t = s->p.temperature;
+    uint32_t kept;
+    if (s->p.mirostat == 1) {
+        const uint32_t top = m < 100 ? m : 100;
+        if (top < m)
+            smp_select_largest(key, m, top);
+        smp_sort_descending(key, s->tmp, top);
+        smp_weights(s, l, top, l[smp_id(key[0])], t);
+        kept = mirostat1_k(s, top, n);
+        if (kept > top && kept < m)
+            smp_select_largest(key, m, kept);
+    } else {
+        const double z = smp_weights(s, l, m, smp_max(s, l, m), t);
+        const double floor = z * exp2(-(double)s->mu);
+        uint32_t best = 0;
+        kept = 0;
+        for (uint32_t i = 0; i < m; i++) {
+            best = key[i] > key[best] ? i : best;
+            if (s->weight[i] >= floor)
+                key[kept++] = key[i];
+        }
+        if (!kept) /* key[best] may be overwritten only by a kept one: there is none */
+            key[0] = key[best], kept = 1;
+    }
+    smp_sort_descending(key, s->tmp, kept);
+    const double total = smp_weights(s, l, kept, l[smp_id(key[0])], t);
     const uint32_t at = smp_pick(s, kept, total);
     s->mu -= s->p.mirostat_eta * (float)(-log2(s->weight[at] / total) - s->p.mirostat_tau);
     return (int32_t)smp_id(key[at]);
