@@ -1,7 +1,7 @@
 /*
  * The sampler's draws, for tests/ref/check_sampler.py, which compares them with its NumPy
  * rendering of llama.cpp's sampler chain. Reads a case a line from standard input:
- *   {"params": {...mvm_sampler_params' fields...}, "logits": [...], "prev": [...],
+ *   {"params": {...mvm_sampler_params' fields, "order": [steps]...}, "logits": [...], "prev": [...],
  *    "draws": N, "sequence": false}
  * and writes a line for each: {"counts": [...]} (how often each token was drawn in N
  * draws from the same logits), or with "sequence": true {"seq": [...]} (the N tokens drawn
@@ -24,7 +24,7 @@ static double field(const cJSON *o, const char *k)
 
 static mvm_sampler_params params_of(const cJSON *o)
 {
-    return (mvm_sampler_params){
+    mvm_sampler_params p = {
         .temperature = (float)field(o, "temperature"), .top_k = (int32_t)field(o, "top_k"),
         .top_p = (float)field(o, "top_p"), .min_p = (float)field(o, "min_p"),
         .seed = (uint64_t)field(o, "seed"), .repeat_penalty = (float)field(o, "repeat_penalty"),
@@ -44,6 +44,12 @@ static mvm_sampler_params params_of(const cJSON *o)
         .mirostat_eta = (float)field(o, "mirostat_eta"),
         .min_keep = (uint32_t)field(o, "min_keep"),
     };
+    int i = 0; /* "order": the steps' numbers (MVM_SAMPLER_*) */
+    for (const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "order") ?
+                              cJSON_GetObjectItemCaseSensitive(o, "order")->child : NULL;
+         v && i < MVM_SAMPLER_MAX_STEPS; v = v->next)
+        p.order[i++] = (uint8_t)v->valuedouble;
+    return p;
 }
 
 /* The numbers of array k of o into a malloc'd array (*n of them). */

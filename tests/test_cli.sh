@@ -211,6 +211,13 @@ for opts in "--mirostat 2 --mirostat-ent 3" "--dry-multiplier 0.8 --dry-sequence
 done
 printf 'Hi\n' | "$moevm" chat -m "$m" --temp 1 -n 8 --dry-multiplier 1 --presence-penalty 1 >"$tmp/s4.out" 2>/dev/null
 check 'chat with DRY and a presence penalty: a reply' "[ -s '$tmp/s4.out' ]" "$tmp/s4.out"
+"$moevm" run -m "$m" -p "Once" -n 30 --temp 5 --top-k 1 -s 5 --samplers 'top_k;temp' >"$tmp/s5.out" 2>/dev/null
+"$moevm" run -m "$m" -p "Once" -n 30 --temp 0 >"$tmp/s6.out" 2>/dev/null
+check 'run --samplers top_k;temp with top-k 1: the greedy text' "[ -s '$tmp/s5.out' ] && cmp -s '$tmp/s5.out' '$tmp/s6.out'" "$tmp/s5.out"
+"$moevm" run -m "$m" -p "Once" -n 30 --temp 5 --top-k 1 -s 5 --sampling-seq t >"$tmp/s7.out" 2>/dev/null
+check 'run --sampling-seq t (no top-k): not the greedy text' "[ -s '$tmp/s7.out' ] && ! cmp -s '$tmp/s7.out' '$tmp/s6.out'" "$tmp/s7.out"
+expect 2 "^moevm run: --samplers top_k;foo: 'foo' is not a sampler" -- "$moevm" run -m "$m" -p x --samplers 'top_k;foo'
+expect 2 "^moevm chat: --sampling-seq ki: the sampler 'i' is not supported by moevm$" -- "$moevm" chat -m "$m" --sampling-seq ki
 expect 2 '^moevm run: --mirostat 3: expected an integer in 0..2$' -- "$moevm" run -m "$m" -p x --mirostat 3
 expect 2 '^moevm run: --typical 2: expected a number in 0..1$' -- "$moevm" run -m "$m" -p x --typical 2
 expect 2 '^moevm chat: --dry-sequence-breaker: an empty sequence breaker$' -- "$moevm" chat -m "$m" --dry-sequence-breaker ''

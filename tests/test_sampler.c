@@ -43,6 +43,7 @@ static void test_params(void)
         {{.temperature = 1, .mirostat = 3}, "mirostat"},
         {{.temperature = 1, .mirostat = 2, .mirostat_tau = -5}, "mirostat_tau"},
         {{.temperature = 1, .top_n_sigma = NAN}, "top_n_sigma"},
+        {{.temperature = 1, .order = {MVM_SAMPLER_TOP_K, MVM_SAMPLER_STEP_END}}, "order[1]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         mvm_sampler *s = (mvm_sampler *)1;

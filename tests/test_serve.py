@@ -715,11 +715,23 @@ def sampling(s, arch):
         b = s.post("/completion", dict(drawn, **extra))
         check(a[0] == b[0] == 200 and a[1]["tokens"] == b[1]["tokens"] and a[1]["tokens"],
               f"{arch}: seeded {extra}: {a} {b}")
+    # the order: top-k 1 before a hot temperature is the greedy reply; without top-k in the
+    # order, the same request draws from the whole vocabulary
+    hot = dict(ask, temperature=5, top_k=1, seed=3)
+    for order in (["top_k", "temperature"], "kt", ["temperature", "top-k"]):
+        status, body = s.post("/completion", dict(hot, samplers=order))
+        check(status == 200 and body["tokens"] == toks, f"{arch}: samplers {order}: {body}")
+    status, body = s.post("/completion", dict(hot, samplers="t"))
+    check(status == 200 and body["tokens"] != toks and
+          body["generation_settings"]["samplers"] == ["temperature"],
+          f"{arch}: samplers t: {body}")
     status, text = s.request("GET", "/props")
     params = json.loads(text)["default_generation_settings"]["params"]
     check(params["dry_base"] == 1.75 and params["dry_allowed_length"] == 2 and
           params["dry_penalty_last_n"] == 64 and params["mirostat_tau"] == 5 and
-          params["typical_p"] == 1 and "dry" in params["samplers"], f"{arch}: /props {params}")
+          params["typical_p"] == 1 and params["samplers"] == [
+              "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+              "temperature"], f"{arch}: /props {params}")
     status, body = s.post("/v1/completions", {"prompt": "x", "mirostat": 5})
     check(status == 400 and "'mirostat'" in body["error"]["message"], f"{arch}: mirostat 5: {body}")
 

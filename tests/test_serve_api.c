@@ -410,7 +410,31 @@ static void test_sampling_fields(const serve_api *a)
     serve_req_release(r[0]); /* r[1] still reads them (ASan would see otherwise) */
     CHECK(r[1] && r[1]->breakers && r[1]->breakers == r[1]->owner->own_breakers);
     serve_req_release(r[1]);
+    /* samplers: llama.cpp's names, their other spellings, or letters */
+    static const struct { const char *body; uint8_t order[4]; } orders[] = {
+        {"{\"prompt\": \"x\", \"samplers\": [\"top_k\", \"Temp\", \"nucleus\", \"typ-p\"]}",
+         {MVM_SAMPLER_TOP_K, MVM_SAMPLER_TEMPERATURE, MVM_SAMPLER_TOP_P, MVM_SAMPLER_TYPICAL}},
+        {"{\"prompt\": \"x\", \"samplers\": \"edkt\"}",
+         {MVM_SAMPLER_PENALTIES, MVM_SAMPLER_DRY, MVM_SAMPLER_TOP_K, MVM_SAMPLER_TEMPERATURE}},
+        {"{\"prompt\": \"x\", \"samplers\": [\"minp\", \"xtc\", \"top-n-sigma\"]}",
+         {MVM_SAMPLER_MIN_P, MVM_SAMPLER_XTC, MVM_SAMPLER_TOP_N_SIGMA, 0}},
+    };
+    for (size_t i = 0; i < sizeof orders / sizeof *orders; i++) {
+        error = NULL;
+        serve_req *q = serve_api_request(a, SERVE_COMPLETION, orders[i].body,
+                                         strlen(orders[i].body), &status, &error);
+        CHECK(q && !memcmp(q->sp.order, orders[i].order, 4) && !q->sp.order[4]);
+        serve_req_release(q), free(error);
+    }
     static const struct { const char *body; const char *says; } bad[] = {
+        {"{\"prompt\": \"x\", \"samplers\": [\"foo\"]}", "'foo' is not a sampler"},
+        {"{\"prompt\": \"x\", \"samplers\": [\"infill\"]}", "not supported by moevm"},
+        {"{\"prompt\": \"x\", \"samplers\": []}", "0 samplers"},
+        {"{\"prompt\": \"x\", \"samplers\": \"kq\"}", "'q' is not a sampler's letter"},
+        {"{\"prompt\": \"x\", \"samplers\": [1]}", "'samplers' must be"},
+        {"{\"prompt\": \"x\", \"samplers\": [\"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", "
+         "\"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\"]}",
+         "'samplers' must be"},
         {"{\"prompt\": \"x\", \"mirostat\": 3}", "'mirostat'"},
         {"{\"prompt\": \"x\", \"typical_p\": 2}", "'typical_p'"},
         {"{\"prompt\": \"x\", \"xtc_threshold\": -1}", "'xtc_threshold'"},

@@ -67,8 +67,9 @@ void mvm_cli_engine_usage(FILE *f);
 /* Loads e->p's model with a progress line, and says on stderr what was loaded; with
  * e->template_file, that chat template in place of the model's (the file read first, so a
  * missing one fails before the load); the sampling options then complete e->s (the
- * context known), and DRY's breakers are made (e->breakers: mvm_cli_engine_free). 0; or, after "moevm <cmd>: ...", 2 for a template
- * file that cannot be read, 1 for any other failure (*out then NULL). */
+ * context known), and DRY's breakers are made (e->breakers: mvm_cli_engine_free). 0; or,
+ * after "moevm <cmd>: ...", 2 for a template file that cannot be read, 1 for any other
+ * failure (*out then NULL). */
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out);
 /* The tokens a[0..na) and b[0..nb) share at their start. */
 uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb);

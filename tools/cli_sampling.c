@@ -3,7 +3,31 @@
 
 #include <string.h>
 
+#include "tools/sampler_order.h"
+
 static const char *const default_breakers[] = {"\n", ":", "\"", "*"};
+
+/* --samplers "a;b;c" (llama.cpp's: names split at ';') into c's order. */
+static int samplers_option(const char *cmd, const char *flag, const char *v, int chars,
+                           mvm_cli_sampling *c)
+{
+    char bad[160], copy[512];
+    const char *names[MVM_SAMPLER_MAX_STEPS + 1];
+    size_t n = 0;
+    int rc;
+    if (chars) {
+        rc = mvm_cli_sampler_chars(v, c->s.order, bad, sizeof bad);
+    } else {
+        snprintf(copy, sizeof copy, "%s", v);
+        for (char *save = NULL, *t = strtok_r(copy, ";", &save);
+             t && n <= MVM_SAMPLER_MAX_STEPS; t = strtok_r(NULL, ";", &save))
+            names[n++] = t;
+        rc = mvm_cli_sampler_names(names, n, c->s.order, bad, sizeof bad);
+    }
+    if (rc)
+        fprintf(stderr, "moevm %s: %s %s: %s\n", cmd, flag, v, bad);
+    return rc ? 2 : 0;
+}
 
 void mvm_cli_sampling_init(mvm_cli_sampling *c)
 {
@@ -67,6 +91,8 @@ int mvm_cli_sampling_option(const char *cmd, int id, const char *f, const char *
         return 0;
     case MVM_CLI_S_MIROSTAT_LR: return mvm_cli_float(cmd, f, v, 1e-6, 100, &s->mirostat_eta);
     case MVM_CLI_S_MIROSTAT_ENT: return mvm_cli_float(cmd, f, v, 1e-6, 100, &s->mirostat_tau);
+    case MVM_CLI_S_SAMPLERS: return samplers_option(cmd, f, v ? v : "", 0, c);
+    case MVM_CLI_S_SEQ: return samplers_option(cmd, f, v ? v : "", 1, c);
     default: return -1;
     }
 }
@@ -83,6 +109,7 @@ void mvm_cli_sampling_apply(const mvm_cli_sampling *c, uint32_t n_ctx, mvm_sampl
     s->dynatemp_range = o->dynatemp_range, s->dynatemp_exponent = o->dynatemp_exponent;
     s->mirostat = o->mirostat, s->mirostat_tau = o->mirostat_tau;
     s->mirostat_eta = o->mirostat_eta;
+    memcpy(s->order, o->order, sizeof s->order);
 }
 
 int mvm_cli_sampling_breakers(const char *cmd, const mvm_cli_sampling *c,
@@ -114,5 +141,8 @@ void mvm_cli_sampling_usage(FILE *f)
             "  --dynatemp-range R, --dynatemp-exp E  the temperature moves within --temp +-R\n"
             "                  by the entropy (0 and 1: off)\n"
             "  --mirostat 1|2  Mirostat in place of the steps above (--mirostat-ent tau 5,\n"
-            "                  --mirostat-lr eta 0.1; 0: off)\n");
+            "                  --mirostat-lr eta 0.1; 0: off)\n"
+            "  --samplers N;N;...  the steps in this order, llama.cpp's names (default\n"
+            "                  penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;\n"
+            "                  temperature); --sampling-seq: their letters (edskypmxt)\n");
 }

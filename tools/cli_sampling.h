@@ -18,6 +18,7 @@ enum {
     MVM_CLI_S_DRY_ALLOWED, MVM_CLI_S_DRY_LAST_N, MVM_CLI_S_DRY_BREAKER, MVM_CLI_S_SIGMA,
     MVM_CLI_S_TYPICAL, MVM_CLI_S_XTC_P, MVM_CLI_S_XTC_T, MVM_CLI_S_DYNATEMP,
     MVM_CLI_S_DYNATEMP_EXP, MVM_CLI_S_MIROSTAT, MVM_CLI_S_MIROSTAT_LR, MVM_CLI_S_MIROSTAT_ENT,
+    MVM_CLI_S_SAMPLERS, MVM_CLI_S_SEQ,
 };
 
 #define MVM_CLI_SAMPLING_OPTS                                                                   \
@@ -31,7 +32,8 @@ enum {
     {"xtc-probability", 0, 1, MVM_CLI_S_XTC_P}, {"xtc-threshold", 0, 1, MVM_CLI_S_XTC_T},       \
     {"dynatemp-range", 0, 1, MVM_CLI_S_DYNATEMP}, {"dynatemp-exp", 0, 1, MVM_CLI_S_DYNATEMP_EXP}, \
     {"mirostat", 0, 1, MVM_CLI_S_MIROSTAT}, {"mirostat-lr", 0, 1, MVM_CLI_S_MIROSTAT_LR},       \
-    {"mirostat-ent", 0, 1, MVM_CLI_S_MIROSTAT_ENT}
+    {"mirostat-ent", 0, 1, MVM_CLI_S_MIROSTAT_ENT}, {"samplers", 0, 1, MVM_CLI_S_SAMPLERS},     \
+    {"sampling-seq", 0, 1, MVM_CLI_S_SEQ}, {"sampler-seq", 0, 1, MVM_CLI_S_SEQ}
 
 #define MVM_CLI_MAX_BREAKERS 16
 

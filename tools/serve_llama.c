@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tools/cli.h"
+#include "tools/sampler_order.h"
 #include "tools/serve_api.h"
 
 /* ---- text of tokens -------------------------------------------------------------------- */
@@ -108,10 +109,13 @@ static cJSON *params(const mvm_sampler_params *sp, int32_t n_predict, int ignore
     cJSON_AddBoolToObject(p, "stream", stream);
     cJSON_AddNumberToObject(p, "n_probs", n_probs);
     cJSON *samplers = cJSON_AddArrayToObject(p, "samplers");
-    static const char *const order[] = {"penalties", "dry", "top_n_sigma", "top_k", "typ_p",
-                                        "top_p", "min_p", "xtc", "temperature"};
-    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
-        cJSON_AddItemToArray(samplers, cJSON_CreateString(order[i]));
+    static const uint8_t chain[] = {MVM_SAMPLER_PENALTIES, MVM_SAMPLER_DRY,
+                                    MVM_SAMPLER_TOP_N_SIGMA, MVM_SAMPLER_TOP_K,
+                                    MVM_SAMPLER_TYPICAL, MVM_SAMPLER_TOP_P, MVM_SAMPLER_MIN_P,
+                                    MVM_SAMPLER_XTC, MVM_SAMPLER_TEMPERATURE, 0};
+    const uint8_t *order = sp->order[0] ? sp->order : chain; /* unset: llama.cpp's */
+    for (int i = 0; i < MVM_SAMPLER_MAX_STEPS && order[i]; i++)
+        cJSON_AddItemToArray(samplers, cJSON_CreateString(mvm_cli_sampler_name(order[i])));
     return p;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "moevm/moevm.h"
+#include "tools/sampler_order.h"
 #include "tools/serve_api.h"
 
 /* The fields of llama.cpp's first sampling steps, and the reply's length. */
@@ -94,6 +95,33 @@ static int further(const serve_api *a, const cJSON *body, serve_req *r, char *ba
     return 0;
 }
 
+/* `samplers`: the steps' order, llama.cpp's names (an array) or letters (a string). */
+static int order(const cJSON *body, serve_req *r, char *bad, size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "samplers");
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    char why[160] = "";
+    int rc = -1;
+    if (cJSON_IsString(v)) {
+        rc = mvm_cli_sampler_chars(v->valuestring, r->sp.order, why, sizeof why);
+    } else if (cJSON_IsArray(v)) {
+        const char *names[MVM_SAMPLER_MAX_STEPS + 1];
+        size_t n = 0;
+        rc = 0;
+        for (const cJSON *it = v->child; it && !rc; it = it->next, n++)
+            if (n > MVM_SAMPLER_MAX_STEPS || !cJSON_IsString(it))
+                rc = -1;
+            else
+                names[n] = it->valuestring;
+        rc = rc ? rc : mvm_cli_sampler_names(names, n, r->sp.order, why, sizeof why);
+    }
+    if (rc)
+        snprintf(bad, cap, "'samplers' must be an array of 1 to %d sampler names or a string "
+                 "of their letters%s%s", MVM_SAMPLER_MAX_STEPS, why[0] ? ": " : "", why);
+    return rc;
+}
+
 /* dry_sequence_breakers, made for r when its DRY is on. */
 static int breakers(const serve_api *a, const cJSON *body, serve_req *r, char *bad, size_t cap)
 {
@@ -126,7 +154,7 @@ int serve_sampling_read(const serve_api *a, const cJSON *body, serve_req *r, cha
 {
     r->sp = a->defaults;
     return basics(a, body, r, bad, cap) || further(a, body, r, bad, cap) ||
-                   breakers(a, body, r, bad, cap)
+                   order(body, r, bad, cap) || breakers(a, body, r, bad, cap)
                ? -1
                : 0;
 }

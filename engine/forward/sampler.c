@@ -28,6 +28,10 @@ static mvm_status check_params(const mvm_sampler_params *p)
     mvm_status st = MVM_OK;
     if (p->top_k < 0)
         return mvm_fail(MVM_ERR_INVALID, "sampler: top_k %d is negative (0 = off)", p->top_k);
+    for (int i = 0; i < MVM_SAMPLER_MAX_STEPS && p->order[i]; i++)
+        if (p->order[i] >= MVM_SAMPLER_STEP_END)
+            return mvm_fail(MVM_ERR_INVALID, "sampler: order[%d] is %u, not a step (1 to %d)", i,
+                            p->order[i], MVM_SAMPLER_STEP_END - 1);
     if (p->mirostat < 0 || p->mirostat > 2)
         return mvm_fail(MVM_ERR_INVALID, "sampler: mirostat %d is not 0 (off), 1 or 2",
                         p->mirostat);
@@ -74,20 +78,45 @@ static mvm_sampler_params normalized(const mvm_sampler_params *in)
         p.xtc_probability = 0; /* llama.cpp's: a threshold over 0.5 turns XTC off */
     if (p.dry_multiplier == 0 || p.dry_last_n == 0)
         p.dry_multiplier = 0, p.dry_last_n = 0;
+    if (!p.order[0]) { /* llama.cpp's default order */
+        static const uint8_t chain[] = {
+            MVM_SAMPLER_PENALTIES, MVM_SAMPLER_DRY,   MVM_SAMPLER_TOP_N_SIGMA,
+            MVM_SAMPLER_TOP_K,     MVM_SAMPLER_TYPICAL, MVM_SAMPLER_TOP_P,
+            MVM_SAMPLER_MIN_P,     MVM_SAMPLER_XTC,   MVM_SAMPLER_TEMPERATURE};
+        memcpy(p.order, chain, sizeof chain);
+    }
     return p;
 }
 
-/* What the parameters need beyond the candidates: the penalised row, the counts, DRY's. */
+/* How many steps the order has; the index of the last temperature step in *last_temp
+ * (-1: none). */
+static int steps(const mvm_sampler_params *p, int *last_temp)
+{
+    int n = 0;
+    *last_temp = -1;
+    while (n < MVM_SAMPLER_MAX_STEPS && p->order[n]) {
+        if (p->order[n] == MVM_SAMPLER_TEMPERATURE)
+            *last_temp = n;
+        n++;
+    }
+    return n;
+}
+
+/* What the parameters need beyond the candidates: the working row (for the penalties, or a
+ * temperature before the last step), the counts, typical's order, DRY's. */
 static int reserve(mvm_sampler *s, uint32_t n_vocab)
 {
     const mvm_sampler_params *p = &s->p;
-    const int dry = p->dry_multiplier > 0 && !p->mirostat;
-    if (smp_penalizes(p) && !(s->penalized = malloc((size_t)n_vocab * sizeof *s->penalized)))
+    const int dry = smp_dry_on(p), pen = smp_penalties_on(p);
+    int last_temp, n = steps(p, &last_temp);
+    int early_temp = 0;
+    for (int i = 0; i < n; i++)
+        early_temp |= p->order[i] == MVM_SAMPLER_TEMPERATURE && i != n - 1;
+    if ((dry || pen || early_temp) && !(s->work = malloc((size_t)n_vocab * sizeof *s->work)))
         return -1;
-    if ((p->frequency_penalty != 0 || p->presence_penalty != 0) && p->repeat_last_n &&
-        !(s->count = calloc(n_vocab, sizeof *s->count)))
+    if (pen && !(s->count = calloc(n_vocab, sizeof *s->count)))
         return -1;
-    if (p->typical_p < 1 && !(s->order = malloc((size_t)n_vocab * sizeof *s->order)))
+    if (p->typical_p < 1 && !(s->rank = malloc((size_t)n_vocab * sizeof *s->rank)))
         return -1;
     if (dry) {
         s->dry_run = malloc((size_t)p->dry_last_n * sizeof *s->dry_run);
@@ -133,9 +162,9 @@ void mvm_sampler_free(mvm_sampler *s)
         return;
     free(s->key);
     free(s->tmp);
-    free(s->order);
+    free(s->rank);
     free(s->weight);
-    free(s->penalized);
+    free(s->work);
     free(s->count);
     free(s->dry_run);
     free(s->dry_max);
@@ -299,51 +328,157 @@ int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n)
     return mvm_sampler_sample_after(s, logits, n, NULL, 0);
 }
 
-/* Steps 1 to 7 (or Mirostat) over logits[0..n) (step 0 done). */
-static int32_t draw(mvm_sampler *s, const float *logits, uint32_t n)
+/* One row's way through the chain: the logits the steps read (the caller's until a step
+ * changes them, then s->work), the candidates (s->key[0..m), once formed), and the
+ * temperature left for the draw. */
+typedef struct row {
+    const float *l;
+    uint32_t n, m;
+    int formed;
+    double t;
+} row;
+
+/* The logits made the sampler's own, to be changed. */
+static float *writable(mvm_sampler *s, row *r)
 {
-    int32_t best = argmax(logits, n);
-    if (s->p.temperature == 0 || best < 0 || !isfinite(logits[best]))
-        return best; /* greedy; no number; +inf wins; only -inf: the lowest id */
-    uint64_t *key = s->key;
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (logits[i] > -INFINITY) /* NaN and -inf have no probability */
-            key[m++] = smp_key(logits[i], i);
-    if (s->p.mirostat)
-        return smp_mirostat(s, logits, m, n);
-    if (s->p.top_n_sigma > 0)
-        m = smp_top_n_sigma(s, logits, m);
-    if (s->p.top_k > 0 && (uint32_t)s->p.top_k < m) {
-        smp_select_largest(key, m, (uint32_t)s->p.top_k);
-        m = (uint32_t)s->p.top_k;
+    if (r->l != s->work) {
+        memcpy(s->work, r->l, (size_t)r->n * sizeof *s->work);
+        r->l = s->work;
     }
-    if (s->p.typical_p < 1)
-        m = smp_typical(s, logits, m);
-    if (s->p.top_p < 1) {
-        smp_sort_descending(key, s->tmp, m);
-        m = nucleus(s, logits, m);
+    return s->work;
+}
+
+/* The candidates, the first time a step asks: every token with a probability. */
+static void form(mvm_sampler *s, row *r)
+{
+    if (r->formed)
+        return;
+    r->m = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        if (r->l[i] > -INFINITY) /* NaN and -inf have no probability */
+            s->key[r->m++] = smp_key(r->l[i], i);
+    r->formed = 1;
+}
+
+/* A penalty (PENALTIES or DRY) on the logits; the candidates' keys follow them. */
+static void penalize(mvm_sampler *s, row *r, int step, const int32_t *prev, uint32_t n_prev)
+{
+    if (!n_prev || !(step == MVM_SAMPLER_PENALTIES ? smp_penalties_on(&s->p)
+                                                   : smp_dry_on(&s->p)))
+        return;
+    float *l = writable(s, r);
+    (step == MVM_SAMPLER_PENALTIES ? smp_penalties : smp_dry)(s, l, r->n, prev, n_prev);
+    for (uint32_t i = 0; r->formed && i < r->m; i++)
+        s->key[i] = smp_key(l[smp_id(s->key[i])], smp_id(s->key[i]));
+}
+
+/* The temperature step: the draw's, where it is the order's last; else the candidates'
+ * logits divided by it (a temperature of 0: the best alone), and the draw's stays 1. */
+static void temperature(mvm_sampler *s, row *r, int last)
+{
+    form(s, r);
+    const double t = smp_temperature(s, r->l, r->m);
+    if (last) {
+        r->t = t;
+        return;
     }
-    if (s->p.min_p > 0)
-        m = min_p(s, logits, m);
-    if (s->p.xtc_probability > 0)
-        m = smp_xtc(s, logits, m);
-    const double t = smp_temperature(s, logits, m);
-    if (!(t > 0)) { /* a dynamic temperature of 0: the best left */
+    if (!(t > 0)) {
         uint32_t at = 0;
-        for (uint32_t i = 1; i < m; i++)
-            at = key[i] > key[at] ? i : at;
-        return (int32_t)smp_id(key[at]);
+        for (uint32_t i = 1; i < r->m; i++)
+            at = s->key[i] > s->key[at] ? i : at;
+        s->key[0] = s->key[at], r->m = r->m ? 1 : 0;
+        return;
     }
-    const float max = smp_max(s, logits, m);
-    return (int32_t)smp_id(key[smp_pick(s, m, smp_weights(s, logits, m, max, t))]);
+    float *l = writable(s, r);
+    for (uint32_t i = 0; i < r->m; i++)
+        l[smp_id(s->key[i])] = (float)(l[smp_id(s->key[i])] / t);
+}
+
+/* A filter step over the candidates. */
+static void filter(mvm_sampler *s, row *r, int step)
+{
+    form(s, r);
+    const float *l = r->l;
+    switch (step) {
+    case MVM_SAMPLER_TOP_N_SIGMA:
+        if (s->p.top_n_sigma > 0)
+            r->m = smp_top_n_sigma(s, l, r->m);
+        break;
+    case MVM_SAMPLER_TOP_K:
+        if (s->p.top_k > 0 && (uint32_t)s->p.top_k < r->m) {
+            smp_select_largest(s->key, r->m, (uint32_t)s->p.top_k);
+            r->m = (uint32_t)s->p.top_k;
+        }
+        break;
+    case MVM_SAMPLER_TYPICAL:
+        if (s->p.typical_p < 1)
+            r->m = smp_typical(s, l, r->m);
+        break;
+    case MVM_SAMPLER_TOP_P:
+        if (s->p.top_p < 1 && r->m) {
+            smp_sort_descending(s->key, s->tmp, r->m);
+            r->m = nucleus(s, l, r->m);
+        }
+        break;
+    case MVM_SAMPLER_MIN_P:
+        if (s->p.min_p > 0 && r->m)
+            r->m = min_p(s, l, r->m);
+        break;
+    case MVM_SAMPLER_XTC:
+        if (s->p.xtc_probability > 0)
+            r->m = smp_xtc(s, l, r->m);
+        break;
+    }
+}
+
+/* The chain over logits[0..n) after prev[0..n_prev) (or Mirostat, or greedy). */
+static int32_t chain(mvm_sampler *s, const float *logits, uint32_t n, const int32_t *prev,
+                     uint32_t n_prev)
+{
+    row r = {.l = logits, .n = n, .t = 1};
+    int last_temp;
+    const int n_steps = steps(&s->p, &last_temp);
+    if (s->p.temperature == 0) { /* greedy: the penalties count, the filters do not */
+        for (int i = 0; i < n_steps; i++)
+            if (s->p.order[i] == MVM_SAMPLER_PENALTIES || s->p.order[i] == MVM_SAMPLER_DRY)
+                penalize(s, &r, s->p.order[i], prev, n_prev);
+        return argmax(r.l, n);
+    }
+    int32_t best = argmax(logits, n);
+    if (best < 0 || !isfinite(logits[best]))
+        return best; /* no number; +inf wins; only -inf: the lowest id */
+    if (s->p.mirostat) {
+        form(s, &r);
+        return smp_mirostat(s, logits, r.m, n);
+    }
+    for (int i = 0; i < n_steps; i++) {
+        const int step = s->p.order[i];
+        if (step == MVM_SAMPLER_PENALTIES || step == MVM_SAMPLER_DRY)
+            penalize(s, &r, step, prev, n_prev);
+        else if (step == MVM_SAMPLER_TEMPERATURE)
+            temperature(s, &r, i == n_steps - 1);
+        else
+            filter(s, &r, step);
+    }
+    form(s, &r);
+    if (!r.m) /* a penalty took every logit to -inf: the best before it */
+        return best;
+    if (!(r.t > 0)) { /* a dynamic temperature of 0: the best left */
+        uint32_t at = 0;
+        for (uint32_t i = 1; i < r.m; i++)
+            at = s->key[i] > s->key[at] ? i : at;
+        return (int32_t)smp_id(s->key[at]);
+    }
+    const float max = smp_max(s, r.l, r.m);
+    return (int32_t)smp_id(s->key[smp_pick(s, r.m, smp_weights(s, r.l, r.m, max, r.t))]);
 }
 
 /* As llama.cpp samples under a grammar: the draw stands when the grammar allows it; if
  * not, the tokens it does not allow are masked and the draw is made again. */
-static int32_t draw_in_grammar(mvm_sampler *s, const float *logits, uint32_t n)
+static int32_t draw_in_grammar(mvm_sampler *s, const float *logits, uint32_t n,
+                               const int32_t *prev, uint32_t n_prev)
 {
-    int32_t t = draw(s, logits, n);
+    int32_t t = chain(s, logits, n, prev, n_prev);
     if (t < 0 || !mvm_grammar_allows(s->grammar, t)) {
         memcpy(s->masked, logits, (size_t)n * sizeof *logits);
         if (mvm_grammar_apply(s->grammar, s->masked, n) != MVM_OK)
@@ -351,7 +486,7 @@ static int32_t draw_in_grammar(mvm_sampler *s, const float *logits, uint32_t n)
         t = argmax(s->masked, n);
         if (t < 0 || s->masked[t] == -INFINITY)
             return -1; /* no token fits */
-        t = draw(s, s->masked, n);
+        t = chain(s, s->masked, n, prev, n_prev);
     }
     return mvm_grammar_accept(s->grammar, t) == MVM_OK ? t : -1;
 }
@@ -360,12 +495,9 @@ int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
                                  const int32_t *prev, uint32_t n_prev)
 {
     if (n == 0 || n > s->cap)
-        return -1;
-    if (s->penalized && n_prev) { /* the caller's logits stay as they are */
-        smp_penalize(s, logits, n, prev, n_prev);
-        logits = s->penalized;
-    }
-    return s->grammar ? draw_in_grammar(s, logits, n) : draw(s, logits, n);
+        return -1; /* the caller's logits stay as they are: steps change s->work */
+    return s->grammar ? draw_in_grammar(s, logits, n, prev, n_prev)
+                      : chain(s, logits, n, prev, n_prev);
 }
 
 float mvm_sampler_logprobs(const float *logits, uint32_t n, uint32_t k, int32_t *top_id,

@@ -31,10 +31,11 @@ struct mvm_sampler {
     /* candidates are 64-bit keys, a logit's bits made monotone above the complement of the
      * id, so that "larger key" is exactly "higher logit, then lower id" */
     uint64_t *key, *tmp;  /* candidates, and a radix sort's other half */
-    uint64_t *order;      /* typical sampling's order; reserved when it is on */
+    uint64_t *rank;       /* typical sampling's order; reserved when it is on */
     double *weight;
-    float *penalized;     /* the logits after step 0; NULL when it does nothing */
-    uint32_t *count;      /* the frequency/presence penalties' counts, all 0 between uses */
+    float *work;          /* the logits as the steps change them (a copy of the caller's);
+                             NULL when no step changes them */
+    uint32_t *count;      /* the penalties' counts, all 0 between uses */
     int32_t *dry_run;     /* DRY: a repeat's length at each position of its window */
     int32_t *dry_max;     /* DRY: the longest repeat a token would extend, -1: none */
     int32_t *dry_touched; /* DRY: the tokens whose dry_max is set */
@@ -71,10 +72,11 @@ double smp_temperature(mvm_sampler *s, const float *l, uint32_t m);
 int32_t smp_mirostat(mvm_sampler *s, const float *l, uint32_t m, uint32_t n);
 
 /* sampler_penalty.c */
-/* Whether step 0 changes anything under p. */
-int smp_penalizes(const mvm_sampler_params *p);
-/* Step 0 into s->penalized. */
-void smp_penalize(mvm_sampler *s, const float *logits, uint32_t n, const int32_t *prev,
-                  uint32_t n_prev);
+/* Whether the repetition/frequency/presence penalties, and DRY, do anything under p. */
+int smp_penalties_on(const mvm_sampler_params *p);
+int smp_dry_on(const mvm_sampler_params *p);
+/* Each in place on l[0..n), after prev[0..n_prev). */
+void smp_penalties(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, uint32_t n_prev);
+void smp_dry(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, uint32_t n_prev);
 
 #endif

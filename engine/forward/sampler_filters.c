@@ -53,7 +53,7 @@ uint32_t smp_top_n_sigma(mvm_sampler *s, const float *l, uint32_t m)
  * distances keep the candidates' order (the ids' where no step before reordered them). */
 uint32_t smp_typical(mvm_sampler *s, const float *l, uint32_t m)
 {
-    uint64_t *key = s->key, *order = s->order;
+    uint64_t *key = s->key, *order = s->rank;
     float max;
     double log_z;
     const double h = entropy(s, l, m, &max, &log_z);

@@ -25,18 +25,22 @@
 
 enum { BREAKER_MAX_BYTES = 40, BREAKER_MAX_TAIL = 20 }; /* llama.cpp's MAX_CHAR_LEN, _SEQ_LEN */
 
-int smp_penalizes(const mvm_sampler_params *p)
+/* llama.cpp's Mirostat chain has no penalties */
+int smp_penalties_on(const mvm_sampler_params *p)
 {
-    if (p->mirostat)
-        return 0; /* llama.cpp's Mirostat chain has no penalties */
     const int repeat = p->repeat_penalty != 0 && p->repeat_penalty != 1;
-    return (p->repeat_last_n && (repeat || p->frequency_penalty != 0 ||
-                                 p->presence_penalty != 0)) ||
-           p->dry_multiplier > 0;
+    return !p->mirostat && p->repeat_last_n &&
+           (repeat || p->frequency_penalty != 0 || p->presence_penalty != 0);
 }
 
-/* The repetition, frequency and presence penalties into out (a copy of logits); count: n
- * zeros, left zeros, or NULL where the frequency and presence penalties are off. */
+int smp_dry_on(const mvm_sampler_params *p)
+{
+    return !p->mirostat && p->dry_multiplier > 0 && p->dry_last_n;
+}
+
+/* The repetition, frequency and presence penalties into out (a copy of logits, or logits
+ * itself); count: n zeros, left zeros; NULL (out not logits) where only the repetition
+ * penalty is on. */
 static void penalties(const mvm_sampler_params *p, const float *logits, uint32_t n,
                       const int32_t *prev, uint32_t n_prev, float *out, uint32_t *count)
 {
@@ -192,14 +196,14 @@ static void dry(mvm_sampler *s, const int32_t *prev, uint32_t n_prev, float *l, 
 }
 #undef RAT
 
-void smp_penalize(mvm_sampler *s, const float *logits, uint32_t n, const int32_t *prev,
-                  uint32_t n_prev)
+void smp_penalties(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, uint32_t n_prev)
 {
-    memcpy(s->penalized, logits, (size_t)n * sizeof *logits);
-    if (s->p.repeat_last_n)
-        penalties(&s->p, logits, n, prev, n_prev, s->penalized, s->count);
-    if (s->p.dry_multiplier > 0)
-        dry(s, prev, n_prev, s->penalized, n);
+    penalties(&s->p, l, n, prev, n_prev, l, s->count);
+}
+
+void smp_dry(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, uint32_t n_prev)
+{
+    dry(s, prev, n_prev, l, n);
 }
 
 /* ---- DRY's sequence breakers, found in the vocabulary ----------------------------------- */

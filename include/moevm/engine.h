@@ -204,16 +204,29 @@ void mvm_engine_get_stats(const mvm_engine *e, mvm_engine_stats *out);
  *      to 1.
  *
  * Steps 1 to 6 judge the untempered distribution, and 3 to 6 keep at least min_keep tokens.
+ * `order` runs the steps in another order (llama.cpp's --samplers), each as often as it is
+ * named and those not named not at all: a step after the temperature judges the tempered
+ * distribution, one after a penalty the penalised one; without the temperature the draw is
+ * from the untempered softmax.
  * mirostat 1 or 2 replaces steps 0 to 7, as in llama.cpp: the logits divided by the
  * temperature, then Mirostat (Basu et al. 2021) holds the surprise of the tokens drawn
  * near mirostat_tau, learning at mirostat_eta (its state is the sampler's).
  *
- * temperature 0 is greedy: the highest logit after step 0, ties to the lowest id, whatever
- * the other parameters (where llama.cpp's chain still runs XTC and a dynamic temperature).
+ * temperature 0 is greedy: the highest logit after step 0 (where the order has its steps),
+ * ties to the lowest id, whatever the other parameters (where llama.cpp's chain still runs
+ * the steps the order puts before its temperature, XTC and a dynamic one among them).
  * Ties elsewhere also order by id, so a seed reproduces a run exactly. NaN logits are never
  * picked; a +inf logit wins outright. Every parameter left 0 is off (or its default, said
  * below), so a zeroed struct samples from the plain softmax.
  */
+/* The steps, as `order` names them. */
+enum {
+    MVM_SAMPLER_PENALTIES = 1, MVM_SAMPLER_DRY, MVM_SAMPLER_TOP_N_SIGMA, MVM_SAMPLER_TOP_K,
+    MVM_SAMPLER_TYPICAL, MVM_SAMPLER_TOP_P, MVM_SAMPLER_MIN_P, MVM_SAMPLER_XTC,
+    MVM_SAMPLER_TEMPERATURE, MVM_SAMPLER_STEP_END
+};
+#define MVM_SAMPLER_MAX_STEPS 16
+
 typedef struct mvm_sampler_params {
     float temperature; /* >= 0; 0 = greedy */
     int32_t top_k;     /* >= 0; 0 = off */
@@ -238,6 +251,8 @@ typedef struct mvm_sampler_params {
     float mirostat_tau;      /* >= 0; 0 (unset) = 5, llama.cpp's */
     float mirostat_eta;      /* >= 0; 0 (unset) = 0.1, llama.cpp's */
     uint32_t min_keep;       /* steps 3 to 6 keep at least this many; 0 = 1 */
+    uint8_t order[MVM_SAMPLER_MAX_STEPS]; /* MVM_SAMPLER_* up to the first 0; all 0 (unset):
+                                             the order above */
 } mvm_sampler_params;
 
 typedef struct mvm_sampler mvm_sampler;

@@ -5,7 +5,8 @@ Each step follows llama.cpp's src/llama-sampler.cpp (penalties, DRY, top-n-sigma
 typical, top-p, min-p, XTC, the temperature with its dynamic range, Mirostat 1 and 2), not
 moevm's code: DRY's repeats are found by brute force instead of the Z-algorithm, the sorts
 are NumPy's. Random cases (small vocabularies, histories with repeats, a random subset of
-the steps on) are run through tests/sampler_draws.c, and:
+the steps on, in llama.cpp's order or an order of their own) are run through
+tests/sampler_draws.c, and:
   - a case's draws follow the distribution the chain leaves (chi-square; a token the chain
     drops, drawn even once, fails); XTC, which acts with a probability, is the mixture of
     the chain with and without it;
@@ -76,54 +77,64 @@ def order(ids, l):
     return sorted(ids, key=lambda i: (-l[i], i))
 
 
-def filters(l, p, xtc_on):
-    """The candidates steps 1 to 6 leave, in some order."""
-    ids = [i for i in range(len(l)) if l[i] > -math.inf]
+STEPS = ["penalties", "dry", "top_n_sigma", "top_k", "typical", "top_p", "min_p", "xtc",
+         "temperature"]  # llama.cpp's default order; sampler_draws takes index + 1
+
+
+def f32(x):
+    """The sampler's row is float: a changed logit is rounded to it."""
+    return float(np.float32(x))
+
+
+def filter_step(step, l, ids, p, xtc_on):
+    """The candidates a filter step leaves, in some order."""
     keep = max(p.get("min_keep", 0), 1)
-    sigma = p.get("top_n_sigma", 0)
-    if sigma > 0 and len(ids) > 1:
-        v = np.array([l[i] for i in ids])
-        floor = v.max() - sigma * v.std()
-        for x in v:
-            near(x, floor)
-        ids = [i for i in ids if l[i] >= floor]
-    k = p.get("top_k", 0)
-    if 0 < k < len(ids):
-        ids = order(ids, l)[:k]
-    typ = p.get("typical_p", 0) or 1.0
-    if typ < 1:
-        ids = order(ids, l)
-        pr = softmax(np.array([l[i] for i in ids]))
-        ent = -(pr * np.log(pr)).sum()
-        dist = np.abs(-np.log(pr) - ent)
-        rank = sorted(range(len(ids)), key=lambda r: (dist[r], r))
-        cum, cut = 0.0, len(ids)
-        for j, r in enumerate(rank):
-            cum += pr[r]
-            near(cum, typ)
-            if cum > typ and j + 1 >= keep:
-                cut = j + 1
-                break
-        ids = [ids[r] for r in rank[:cut]]
-    top_p = p.get("top_p", 0) or 1.0
-    if top_p < 1:
-        ids = order(ids, l)
-        pr = softmax(np.array([l[i] for i in ids]))
-        cum = np.cumsum(pr)
-        for c in cum:
-            near(c, top_p)
-        cut = next((j + 1 for j in range(len(ids)) if cum[j] >= top_p and j + 1 >= keep),
-                   len(ids))
-        ids = ids[:cut]
-    min_p = p.get("min_p", 0)
-    if min_p > 0:
-        top = max(l[i] for i in ids)
-        floor = top + math.log(min_p)
-        for i in ids:
-            near(l[i], floor)
-        kept = [i for i in ids if l[i] >= floor]
-        ids = kept if len(kept) >= keep else order(ids, l)[:keep]
-    if xtc_on and len(ids) >= 2:
+    if step == "top_n_sigma":
+        sigma = p.get("top_n_sigma", 0)
+        if sigma > 0 and len(ids) > 1:
+            v = np.array([l[i] for i in ids])
+            floor = v.max() - sigma * v.std()
+            for x in v:
+                near(x, floor)
+            ids = [i for i in ids if l[i] >= floor]
+    elif step == "top_k":
+        k = p.get("top_k", 0)
+        if 0 < k < len(ids):
+            ids = order(ids, l)[:k]
+    elif step == "typical":
+        typ = p.get("typical_p", 0) or 1.0
+        if typ < 1:
+            ids = order(ids, l)
+            pr = softmax(np.array([l[i] for i in ids]))
+            ent = -(pr * np.log(pr)).sum()
+            dist = np.abs(-np.log(pr) - ent)
+            rank = sorted(range(len(ids)), key=lambda r: (dist[r], r))
+            cum, cut = 0.0, len(ids)
+            for j, r in enumerate(rank):
+                cum += pr[r]
+                near(cum, typ)
+                if cum > typ and j + 1 >= keep:
+                    cut = j + 1
+                    break
+            ids = [ids[r] for r in rank[:cut]]
+    elif step == "top_p":
+        top_p = p.get("top_p", 0) or 1.0
+        if top_p < 1:
+            ids = order(ids, l)
+            cum = np.cumsum(softmax(np.array([l[i] for i in ids])))
+            for c in cum:
+                near(c, top_p)
+            ids = ids[:next((j + 1 for j in range(len(ids)) if cum[j] >= top_p and j + 1 >= keep),
+                            len(ids))]
+    elif step == "min_p":
+        min_p = p.get("min_p", 0)
+        if min_p > 0:
+            floor = max(l[i] for i in ids) + math.log(min_p)
+            for i in ids:
+                near(l[i], floor)
+            kept = [i for i in ids if l[i] >= floor]
+            ids = kept if len(kept) >= keep else order(ids, l)[:keep]
+    elif step == "xtc" and xtc_on and len(ids) >= 2:
         ids = order(ids, l)
         pr = softmax(np.array([l[i] for i in ids]))
         thr = p["xtc_threshold"]
@@ -137,34 +148,57 @@ def filters(l, p, xtc_on):
     return ids
 
 
-def final(l, p, xtc_on):
-    """The probability of each token in the last step's draw."""
-    ids = filters(l, p, xtc_on)
-    v = np.array([l[i] for i in ids])
+def temperature(l, ids, p):
+    """The temperature step's temperature: p's, or the dynamic one."""
     t, rng = p["temperature"], p.get("dynatemp_range", 0)
     if rng > 0 and len(ids) > 1:
-        pr = softmax(v)
+        pr = softmax(np.array([l[i] for i in ids]))
         ent = -(pr[pr > 0] * np.log(pr[pr > 0])).sum()
         lo, hi = max(0.0, t - rng), t + rng
         t = lo + (hi - lo) * (ent / math.log(len(ids))) ** (p.get("dynatemp_exponent", 0) or 1)
+    return t
+
+
+def final(case, xtc_on):
+    """The probability of each token in the draw, the steps taken in the case's order."""
+    p, prev = case["params"], case["prev"]
+    l = np.array(case["logits"], dtype=np.float32).astype(np.float64)
+    steps = [STEPS[i - 1] for i in p.get("order", [])] or STEPS
+    ids, t_draw = None, 1.0
+    for k, step in enumerate(steps):
+        if step in ("penalties", "dry"):
+            (penalties if step == "penalties" else dry)(l, prev, p)
+            l = np.array([f32(x) for x in l])
+            continue
+        if ids is None:
+            ids = [i for i in range(len(l)) if l[i] > -math.inf]
+        if step != "temperature":
+            ids = filter_step(step, l, ids, p, xtc_on)
+            continue
+        t = temperature(l, ids, p)
+        if k == len(steps) - 1:
+            t_draw = t
+        elif t <= 0:
+            ids = order(ids, l)[:1]
+        else:
+            for i in ids:
+                l[i] = f32(l[i] / t)
+    if ids is None:
+        ids = [i for i in range(len(l)) if l[i] > -math.inf]
     out = np.zeros(len(l))
-    if t <= 0:  # a dynamic temperature of 0: the best left
+    if t_draw <= 0:  # a dynamic temperature of 0: the best left
         out[order(ids, l)[0]] = 1
     else:
-        out[ids] = softmax(v / t)
+        out[ids] = softmax(np.array([l[i] for i in ids]) / t_draw)
     return out
 
 
 def expected(case):
     p = case["params"]
-    l = np.array(case["logits"], dtype=np.float64)
-    penalties(l, case["prev"], p)
-    dry(l, case["prev"], p)
-    l = l.astype(np.float32).astype(np.float64)  # the sampler's row is float
     xp = p.get("xtc_probability", 0)
     if xp > 0 and p.get("xtc_threshold", 0) <= 0.5:
-        return (1 - xp) * final(l, p, False) + xp * final(l, p, True)
-    return final(l, p, False)
+        return (1 - xp) * final(case, False) + xp * final(case, True)
+    return final(case, False)
 
 
 def chi_square(counts, want):
@@ -205,12 +239,16 @@ def random_case(r):
     if steps[7]:
         p["min_p"] = float(r.uniform(0.02, 0.3))
     if steps[8]:
-        p.update(xtc_probability=float(r.uniform(0.3, 1)), xtc_threshold=float(r.uniform(0.05, 0.3)))
+        p.update(xtc_probability=float(r.uniform(0.3, 1)),
+                 xtc_threshold=float(r.uniform(0.05, 0.3)))
     if steps[9]:
         p.update(dynatemp_range=float(r.uniform(0.1, 1.2)),
                  dynatemp_exponent=float(r.choice([0.5, 1.0, 2.0])))
     if steps[10]:
         p["min_keep"] = int(r.integers(1, 4))
+    if r.random() < 0.3:  # an order of its own: some of the steps, shuffled, some twice
+        k = int(r.integers(1, 10))
+        p["order"] = [int(x) + 1 for x in r.choice(9, size=k, replace=bool(r.random() < 0.3))]
     logits = (r.normal(0, 1.5, n)).round(3).tolist()
     prev = r.integers(0, n, int(r.integers(0, 40))).tolist()
     if r.random() < 0.5 and len(prev) > 6:  # a repeated stretch, for DRY
@@ -220,13 +258,14 @@ def random_case(r):
 
 
 def mirostat_ok(case, seq):
-    """Each draw allowed by the state then, mu followed; the mean surprise near tau."""
+    """Each draw allowed by the state then, mu followed (a float, as the sampler keeps it); the
+    mean surprise near tau. A token whose surprise is within 1e-6 of mu may fall either side."""
     p = case["params"]
     l = np.array(case["logits"], dtype=np.float32).astype(np.float64)
-    tau, eta = p.get("mirostat_tau", 0) or 5.0, p.get("mirostat_eta", 0) or 0.1
+    tau, eta = f32(p.get("mirostat_tau", 0) or 5.0), f32(p.get("mirostat_eta", 0) or 0.1)
     ids = order(range(len(l)), l)
     pr = softmax(np.array([l[i] for i in ids]) / p["temperature"])
-    mu, surprises = 2 * tau, []
+    mu, surprises = f32(2 * tau), []
     for t in seq:
         if p["mirostat"] == 1:
             m = 100
@@ -239,14 +278,16 @@ def mirostat_ok(case, seq):
             kept = min(len(ids), max(int(k), 1)) if k == k else 1
         else:
             kept = next((j for j in range(len(ids)) if -math.log2(pr[j]) > mu), len(ids)) or 1
+            while kept < len(ids) and ids[kept] == t and -math.log2(pr[kept]) - mu < 1e-6:
+                kept += 1
         allowed = ids[:kept]
         if t not in allowed:
             print(f"mirostat {p['mirostat']}: token {t} drawn where only {allowed} were allowed "
-                  f"(mu {mu:.4f})")
+                  f"(mu {mu:.6f}, its surprise {-math.log2(pr[ids.index(t)]):.6f})")
             return False
         q = pr[ids.index(t)] / pr[:kept].sum()
         surprises.append(-math.log2(q))
-        mu -= eta * (surprises[-1] - tau)
+        mu = f32(mu - f32(eta * f32(surprises[-1] - tau)))
     half = surprises[len(surprises) // 2:]
     mean = sum(half) / len(half)
     if abs(mean - tau) > 0.25 * tau:
