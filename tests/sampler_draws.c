@@ -4,7 +4,8 @@
  *   {"params": {...mvm_sampler_params' fields, "order": [steps]...}, "logits": [...], "prev": [...],
  *    "draws": N, "sequence": false}
  * and writes a line for each: {"counts": [...]} (how often each token was drawn in N
- * draws from the same logits), or with "sequence": true {"seq": [...]} (the N tokens drawn
+ * draws from the same logits) and "last" (mvm_sampler_last_probs after the first draw: the
+ * distribution it was drawn from), or with "sequence": true {"seq": [...]} (the N tokens drawn
  * one after the other, which Mirostat's state makes differ). A case the sampler refuses
  * writes {"error": "..."}.
  */
@@ -67,6 +68,19 @@ static void *numbers(const cJSON *o, const char *k, int floats, uint32_t *n)
     return out;
 }
 
+/* "last": {"token", "chosen", "ids", "probs"} of mvm_sampler_last_probs. */
+static void last_probs(cJSON *out, const mvm_sampler *s, int32_t t)
+{
+    int32_t ids[MVM_SAMPLER_MAX_PROBS];
+    float p[MVM_SAMPLER_MAX_PROBS], chosen;
+    const uint32_t k = mvm_sampler_last_probs(s, MVM_SAMPLER_MAX_PROBS, ids, p, &chosen);
+    cJSON *o = cJSON_AddObjectToObject(out, "last");
+    cJSON_AddNumberToObject(o, "token", t);
+    cJSON_AddNumberToObject(o, "chosen", chosen);
+    cJSON_AddItemToObject(o, "ids", cJSON_CreateIntArray(ids, (int)k));
+    cJSON_AddItemToObject(o, "probs", cJSON_CreateFloatArray(p, (int)k));
+}
+
 static void run_case(const cJSON *c)
 {
     uint32_t n, n_prev;
@@ -84,6 +98,8 @@ static void run_case(const cJSON *c)
         cJSON *seq = cJSON_AddArrayToObject(out, sequence ? "seq" : "draws_out_of_range");
         for (int d = 0; d < draws; d++) {
             const int32_t t = mvm_sampler_sample_after(s, logits, n, prev, n_prev);
+            if (d == 0) /* the distribution the first draw was made from */
+                last_probs(out, s, t);
             if (t < 0 || (uint32_t)t >= n || sequence)
                 cJSON_AddItemToArray(seq, cJSON_CreateNumber(t));
             else

@@ -372,6 +372,39 @@ def logprobs(s, moevm, model, arch, work):
                                              {}).get("content", [])]
     check(done and [e["logprob"] for e in streamed] == [e["logprob"] for e in content],
           f"{arch}: streamed chat logprobs {streamed[:2]}")
+    # a token logit_bias pushed to the top reports the model's log-probability, not the
+    # biased one (as llama.cpp's server does)
+    status, body = s.post("/completion", dict(ask, n_predict=1, logit_bias=[[want[1], 100]]))
+    p0 = body.get("completion_probabilities", [{}])[0]
+    check(status == 200 and p0.get("id") == want[1] and
+          abs(p0["logprob"] - (logits[want[1]] - lse)) < 2e-3, f"{arch}: biased logprob {p0}")
+    # llama.cpp's post_sampling_probs: the distribution each draw was made from. Top-k 3 at
+    # temperature 0.8: three tokens summing to 1, the drawn one among them, the first
+    # token's softmax(logits / 0.8) over the three most probable; greedy: the token, 1
+    post = {"prompt": prompt, "n_predict": 4, "temperature": 0.8, "top_k": 3, "top_p": 1,
+            "min_p": 0, "repeat_penalty": 1, "n_probs": 5, "post_sampling_probs": True,
+            "seed": 2}
+    status, body = s.post("/completion", post)
+    pp = body.get("completion_probabilities", [])
+    w = [math.exp((logits[i] - logits[want[0]]) / 0.8) for i in want]
+    first = pp[0]["top_probs"] if pp else []
+    check(status == 200 and len(pp) == 4 and [t["id"] for t in first] == want and
+          all(abs(t["prob"] - w[k] / sum(w)) < 2e-3 for k, t in enumerate(first)) and
+          all(len(p["top_probs"]) == 3 and "logprob" not in p and
+              abs(sum(t["prob"] for t in p["top_probs"]) - 1) < 1e-4 and
+              any(t["id"] == p["id"] and abs(t["prob"] - p["prob"]) < 1e-6
+                  for t in p["top_probs"]) for p in pp),
+          f"{arch}: post_sampling_probs {want} {w}: {pp[:2]}")
+    status, body = s.post("/completion", dict(ask, post_sampling_probs=True))
+    check(status == 200 and body["completion_probabilities"] and
+          all(p["prob"] == 1 and [(t["id"], t["prob"]) for t in p["top_probs"]] ==
+              [(p["id"], 1)] for p in body["completion_probabilities"]),
+          f"{arch}: greedy post_sampling_probs {body.get('completion_probabilities')}")
+    status, c = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS, logprobs=True,
+                                                    top_logprobs=2, post_sampling_probs=True))
+    content = c["choices"][0]["logprobs"]["content"] if status == 200 else []
+    check(content and all(e["prob"] == 1 and len(e["top_probs"]) == 1 for e in content),
+          f"{arch}: chat post_sampling_probs {str(c)[:300]}")
 
 
 def infill(s, arch):
@@ -457,8 +490,10 @@ def errors(s, arch):
              ("POST", "/v1/chat/completions", json.dumps({
                  "messages": MSGS, "response_format": "json"}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 21}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "logprobs": 2,
+                                                     "post_sampling_probs": True}), 400),
              ("POST", "/completion", json.dumps({"prompt": "x", "n_probs": 2,
-                                                 "post_sampling_probs": True}), 400),
+                                                 "post_sampling_probs": "yes"}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "echo": True}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "logprobs": True}), 400),
              ("POST", "/v1/chat/completions", json.dumps({"messages": MSGS,

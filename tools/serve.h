@@ -40,7 +40,8 @@ typedef struct serve_bias {
 
 typedef struct serve_logprob {
     int32_t id;
-    float logprob;    /* of the model's distribution (mvm_sampler_logprobs) */
+    float logprob;    /* of the model's distribution (mvm_sampler_logprobs), or with
+                         post_sampling the probability after the steps */
 } serve_logprob;
 
 /* The API a request came by (docs/serve.md): OpenAI's text or chat completions, or
@@ -60,6 +61,8 @@ typedef struct serve_req {
     int return_tokens;        /* SERVE_LLAMA: the whole reply gives its token ids */
     int logprobs;             /* each generated token's log-probability is reported */
     uint32_t top_logprobs;    /* and that of its most probable alternatives */
+    int post_sampling;        /* llama.cpp's post_sampling_probs: the probabilities (not
+                                 logs) of the distribution each draw was made from */
     int32_t id_slot;          /* the slot it must have; -1: any */
     mvm_sampler_params sp;
     const mvm_dry_breakers *breakers; /* DRY's: own_breakers, the server's, or NULL */

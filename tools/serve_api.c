@@ -284,6 +284,7 @@ static serve_req *sibling(serve_req *r)
     c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
     c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
     c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;
+    c->post_sampling = r->post_sampling;
     c->breakers = r->breakers;
     if (r->own_breakers) { /* read from r's: r stays until c goes */
         pthread_mutex_lock(&r->mu);
@@ -345,8 +346,6 @@ cJSON *serve_api_parse(const char *body, size_t len, char *bad, size_t cap)
 static int unsupported(const cJSON *body, char *bad, size_t cap)
 {
     static const struct { const char *field, *why; } refused[] = {
-        {"post_sampling_probs", "moevm serve reports the model's probabilities, before "
-                                "sampling (leave it false)"},
         {"echo", "the prompt's log-probabilities are not supported by moevm serve"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
@@ -385,6 +384,16 @@ static int logprobs(const cJSON *body, serve_req *r, char *bad, size_t cap)
         }
     }
     r->top_logprobs = top > 0 ? (uint32_t)top : 0;
+    /* llama.cpp's post_sampling_probs: the probabilities the draw was made from; in the
+     * entries llama.cpp's /completion and the chat API share ("prob", "top_probs"), which
+     * OpenAI's legacy completions do not have */
+    if (serve_api_flag(body, "post_sampling_probs", &r->post_sampling, bad, cap))
+        return -1;
+    if (r->post_sampling && r->kind == SERVE_COMPLETION && r->logprobs) {
+        snprintf(bad, cap, "'post_sampling_probs': OpenAI's completions report "
+                 "log-probabilities; llama.cpp's /completion and the chat API report these");
+        return -1;
+    }
     return 0;
 }
 

@@ -4,7 +4,9 @@
  * (`completion_probabilities`, the same entries with the ids) and OpenAI's legacy
  * completions (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`). The values are
  * the model's distribution before penalties, filters and temperature, as both servers
- * report them (mvm_sampler_logprobs; the scheduler keeps a row per token, serve.h).
+ * report them (mvm_sampler_logprobs; the scheduler keeps a row per token, serve.h); with
+ * llama.cpp's post_sampling_probs, the probabilities of the distribution each token was
+ * drawn from ("prob", "top_probs"; mvm_sampler_last_probs).
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -37,7 +39,7 @@ static cJSON *token_bytes(const serve_api *a, int32_t id, char **text)
     return bytes;
 }
 
-static cJSON *entry(const serve_api *a, serve_logprob p, int with_id)
+static cJSON *entry(const serve_api *a, serve_logprob p, int with_id, int post)
 {
     cJSON *o = cJSON_CreateObject();
     char *text = NULL;
@@ -46,7 +48,7 @@ static cJSON *entry(const serve_api *a, serve_logprob p, int with_id)
         cJSON_AddNumberToObject(o, "id", p.id);
     cJSON_AddStringToObject(o, "token", text ? text : "");
     cJSON_AddItemToObject(o, "bytes", bytes);
-    cJSON_AddNumberToObject(o, "logprob", p.logprob);
+    cJSON_AddNumberToObject(o, post ? "prob" : "logprob", p.logprob);
     free(text);
     return o;
 }
@@ -58,9 +60,10 @@ cJSON *serve_api_logprobs(const serve_api *a, const serve_req *r, uint32_t from,
     cJSON *arr = cJSON_CreateArray();
     for (uint32_t i = from; arr && i < to; i++) {
         const serve_logprob *row = r->probs + (size_t)i * width;
-        cJSON *e = entry(a, row[0], with_id), *top = cJSON_AddArrayToObject(e, "top_logprobs");
+        cJSON *e = entry(a, row[0], with_id, r->post_sampling);
+        cJSON *top = cJSON_AddArrayToObject(e, r->post_sampling ? "top_probs" : "top_logprobs");
         for (uint32_t j = 1; j < width && row[j].id >= 0; j++)
-            cJSON_AddItemToArray(top, entry(a, row[j], with_id));
+            cJSON_AddItemToArray(top, entry(a, row[j], with_id, r->post_sampling));
         cJSON_AddItemToArray(arr, e);
     }
     return arr;

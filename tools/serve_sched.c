@@ -288,9 +288,22 @@ static int32_t next_token(serve *s, struct slot *sl)
         return finish(s, sl, "stop", next >= 0 ? NULL : r->grammar
                       ? "no token that the grammar allows could be sampled"
                       : "no token could be sampled (NaN logits)"), -1;
-    row[0] = (serve_logprob){next, logits[next] - lse};
-    for (uint32_t j = 0; r->logprobs && j < r->top_logprobs; j++)
-        row[1 + j] = (serve_logprob){top_id[j], top_lp[j]};
+    if (r->post_sampling) {
+        int32_t ids[SERVE_MAX_LOGPROBS];
+        float p[SERVE_MAX_LOGPROBS], chosen;
+        const uint32_t got = mvm_sampler_last_probs(sl->sampler, r->top_logprobs, ids, p,
+                                                    &chosen);
+        row[0] = (serve_logprob){next, chosen};
+        for (uint32_t j = 0; j < r->top_logprobs; j++)
+            row[1 + j] = (serve_logprob){j < got ? ids[j] : -1, j < got ? p[j] : 0};
+    } else {
+        float raw = logits[next]; /* the model's: logit_bias taken off again */
+        for (uint32_t i = 0; i < r->n_bias; i++)
+            raw -= r->bias[i].id == next ? r->bias[i].bias : 0;
+        row[0] = (serve_logprob){next, raw - lse};
+        for (uint32_t j = 0; r->logprobs && j < r->top_logprobs; j++)
+            row[1 + j] = (serve_logprob){top_id[j], top_lp[j]};
+    }
     /* the id first: a stream's event for the text carries the tokens counted by then */
     pthread_mutex_lock(&r->mu);
     int stopped = serve_req_add_token(r, next, row) ? -1 : 0;

@@ -284,10 +284,45 @@ double smp_weights(mvm_sampler *s, const float *l, uint32_t m, float max, double
 uint32_t smp_pick(mvm_sampler *s, uint32_t m, double total)
 {
     double u = smp_uniform01(s) * total, cum = 0;
+    uint32_t at = m - 1; /* u rounded up to the total */
     for (uint32_t i = 0; i < m; i++)
-        if ((cum += s->weight[i]) > u)
-            return i;
-    return m - 1; /* u rounded up to the total */
+        if ((cum += s->weight[i]) > u) {
+            at = i;
+            break;
+        }
+    s->last_m = m, s->last_at = at, s->last_total = total;
+    return at;
+}
+
+/* A draw that had one choice: token id, certain. */
+static int32_t certain(mvm_sampler *s, int32_t id, const float *l)
+{
+    if (id >= 0) {
+        s->key[0] = smp_key(l[id], (uint32_t)id), s->weight[0] = 1;
+        s->last_m = 1, s->last_at = 0, s->last_total = 1;
+    }
+    return id;
+}
+
+uint32_t mvm_sampler_last_probs(const mvm_sampler *s, uint32_t k, int32_t *ids, float *probs,
+                                float *chosen)
+{
+    *chosen = s->last_m ? (float)(s->weight[s->last_at] / s->last_total) : 0;
+    uint32_t have = 0; /* the best k by key (logit, then id: the probability's order) */
+    uint32_t at[MVM_SAMPLER_MAX_PROBS];
+    k = k < MVM_SAMPLER_MAX_PROBS ? k : MVM_SAMPLER_MAX_PROBS;
+    for (uint32_t i = 0; i < s->last_m && k; i++) {
+        if (!(s->weight[i] > 0) || (have == k && s->key[i] <= s->key[at[k - 1]]))
+            continue;
+        uint32_t j = have < k ? have++ : k - 1;
+        for (; j > 0 && s->key[i] > s->key[at[j - 1]]; j--)
+            at[j] = at[j - 1];
+        at[j] = i;
+    }
+    for (uint32_t j = 0; j < have; j++)
+        ids[j] = (int32_t)smp_id(s->key[at[j]]),
+        probs[j] = (float)(s->weight[at[j]] / s->last_total);
+    return have;
 }
 
 /* Top-p: how many of the m sorted candidates it keeps: the fewest first ones whose
@@ -442,11 +477,11 @@ static int32_t chain(mvm_sampler *s, const float *logits, uint32_t n, const int3
         for (int i = 0; i < n_steps; i++)
             if (s->p.order[i] == MVM_SAMPLER_PENALTIES || s->p.order[i] == MVM_SAMPLER_DRY)
                 penalize(s, &r, s->p.order[i], prev, n_prev);
-        return argmax(r.l, n);
+        return certain(s, argmax(r.l, n), r.l);
     }
     int32_t best = argmax(logits, n);
     if (best < 0 || !isfinite(logits[best]))
-        return best; /* no number; +inf wins; only -inf: the lowest id */
+        return certain(s, best, logits); /* no number; +inf wins; only -inf: the lowest id */
     if (s->p.mirostat) {
         form(s, &r);
         return smp_mirostat(s, logits, r.m, n);
@@ -462,12 +497,12 @@ static int32_t chain(mvm_sampler *s, const float *logits, uint32_t n, const int3
     }
     form(s, &r);
     if (!r.m) /* a penalty took every logit to -inf: the best before it */
-        return best;
+        return certain(s, best, logits);
     if (!(r.t > 0)) { /* a dynamic temperature of 0: the best left */
         uint32_t at = 0;
         for (uint32_t i = 1; i < r.m; i++)
             at = s->key[i] > s->key[at] ? i : at;
-        return (int32_t)smp_id(s->key[at]);
+        return certain(s, (int32_t)smp_id(s->key[at]), r.l);
     }
     const float max = smp_max(s, r.l, r.m);
     return (int32_t)smp_id(s->key[smp_pick(s, r.m, smp_weights(s, r.l, r.m, max, r.t))]);

@@ -43,6 +43,10 @@ struct mvm_sampler {
     mvm_grammar *grammar; /* the constraint, or NULL */
     float *masked;        /* the logits a grammar has masked; reserved with the grammar */
     uint64_t state;       /* the random stream */
+    /* the last draw's distribution: candidates key[0..last_m) by their weights (sum
+     * last_total), the one drawn at last_at; last_m 0 before any */
+    uint32_t last_m, last_at;
+    double last_total;
     float mu;             /* Mirostat's surprise bound */
 };
 
@@ -58,7 +62,8 @@ void smp_sort_descending(uint64_t *a, uint64_t *tmp, uint32_t n);
 float smp_max(const mvm_sampler *s, const float *l, uint32_t m);
 /* Fills s->weight[i] with exp((l - max) / t) of candidate i < m; returns their sum. */
 double smp_weights(mvm_sampler *s, const float *l, uint32_t m, float max, double t);
-/* Draws a candidate by the weights of the m first (their sum total): its index. */
+/* Draws a candidate by the weights of the m first (their sum total): its index, kept with
+ * them as the last draw's distribution. */
 uint32_t smp_pick(mvm_sampler *s, uint32_t m, double total);
 
 /* sampler_filters.c: each keeps a part of the m candidates in s->key[0..) and returns how

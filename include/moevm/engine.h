@@ -293,6 +293,15 @@ void mvm_dry_breakers_free(mvm_dry_breakers *b);
 /* The breakers s's DRY reads (b must outlive s; NULL: none, the default). */
 void mvm_sampler_set_dry_breakers(mvm_sampler *s, const mvm_dry_breakers *b);
 
+/* The distribution the last draw was made from, after every step (llama.cpp's server's
+ * post_sampling_probs): its k most probable tokens (at most MVM_SAMPLER_MAX_PROBS), most
+ * probable first, ties to the lower id, into ids[0..) and probs[0..) - their count, only
+ * tokens of a probability above 0 (a greedy draw: one, 1) - and the drawn token's
+ * probability into *chosen. 0 and *chosen 0 before the first draw. */
+#define MVM_SAMPLER_MAX_PROBS 64
+uint32_t mvm_sampler_last_probs(const mvm_sampler *s, uint32_t k, int32_t *ids, float *probs,
+                                float *chosen);
+
 /* Log-probabilities as llama.cpp's server and OpenAI's API report them: of the model's
  * distribution softmax(logits[0..n)), before any penalty, filter or temperature. The k
  * most probable tokens, highest first (ties to the lower id), into top_id[0..k) and

@@ -10,6 +10,8 @@ tests/sampler_draws.c, and:
   - a case's draws follow the distribution the chain leaves (chi-square; a token the chain
     drops, drawn even once, fails); XTC, which acts with a probability, is the mixture of
     the chain with and without it;
+  - the distribution mvm_sampler_last_probs reports for a draw is the chain's, to float
+    precision (with XTC, the chain's with it or without it, as the draw went);
   - Mirostat's draws, one after another, are each among the tokens its state allows at
     that step, and the surprise they average comes near its target tau.
 A case whose outcome hangs on a rounding (a cumulative sum within 1e-4 of its bound) is
@@ -201,6 +203,27 @@ def expected(case):
     return final(case, False)
 
 
+def last_ok(case, res):
+    """The distribution the first draw was made from (mvm_sampler_last_probs) is the chain's,
+    to float precision: with XTC on, the chain's with it or without it."""
+    last = res.get("last", {})
+    got = np.zeros(len(case["logits"]))
+    for i, q in zip(last.get("ids", []), last.get("probs", [])):
+        got[i] = q
+    p = case["params"]
+    xp = p.get("xtc_probability", 0) > 0 and p.get("xtc_threshold", 0) <= 0.5
+    wants = [final(case, False)] + ([final(case, True)] if xp else [])
+    t = last.get("token", -1)
+    ok = any(np.abs(got - w).max() < 2e-4 for w in wants) and 0 <= t < len(got) and \
+        got[t] > 0 and abs(last["chosen"] - got[t]) < 1e-6 and \
+        list(last["ids"]) == sorted(last["ids"], key=lambda i: (-got[i], i))
+    if not ok:
+        print(f"last draw's distribution {np.round(got, 4).tolist()} (drew {t}, "
+              f"chosen {last.get('chosen')}); want {[np.round(w, 4).tolist() for w in wants]}: "
+              f"{json.dumps(p)}")
+    return ok
+
+
 def chi_square(counts, want):
     n = sum(counts)
     chi, dof = 0.0, -1
@@ -336,6 +359,8 @@ def main():
             print("refused:", res, c["params"])
             fails += 1
             continue
+        if not last_ok(c, res):
+            fails += 1
         if sum(res["counts"]) != c["draws"]:
             fails += 1
             print(f"{c['draws'] - sum(res['counts'])} draws were no token of the row "
