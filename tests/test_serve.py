@@ -229,6 +229,21 @@ def llama_api(s, arch):
     status2, split = s.post("/completion", dict(ask, prompt=head + tail))
     check(status == status2 == 200 and mixed["tokens_evaluated"] == len(head) + len(tail) and
           mixed["content"] == split["content"], f"{arch}: a mixed prompt {mixed} {split}")
+    # OpenAI's reasoning_effort, as llama.cpp's server reads it: "none" is the template's
+    # enable_thinking false (the prompt changes where the template has it), another value
+    # is the template's reasoning_effort (gpt-oss's "Reasoning: high")
+    status, plain = s.post("/apply-template", {"messages": MSGS})
+    status, none = s.post("/apply-template", {"messages": MSGS, "reasoning_effort": "none"})
+    off = s.post("/apply-template", {"messages": MSGS,
+                                     "chat_template_kwargs": {"enable_thinking": False}})[1]
+    status, high = s.post("/apply-template", {"messages": MSGS, "reasoning_effort": "high"})
+    check(none["prompt"] == off["prompt"] and
+          (none["prompt"] != plain["prompt"]) == (arch in ("qwen3moe", "glm4moe", "deepseek2")) and
+          ("Reasoning: high" in high["prompt"]) == (arch == "gpt-oss"),
+          f"{arch}: reasoning_effort: {plain} {none} {high}")
+    status, bad = s.post("/v1/chat/completions", {"messages": MSGS, "reasoning_effort": 3})
+    check(status == 400 and "'reasoning_effort'" in bad["error"]["message"],
+          f"{arch}: reasoning_effort 3: {bad}")
     status, tmpl = s.post("/apply-template", {"messages": MSGS})
     status, chat = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS,
                                                        reasoning_format="none"))

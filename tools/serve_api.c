@@ -140,6 +140,32 @@ static int flatten_content(cJSON *msg, int i, char *bad, size_t cap)
     return 0;
 }
 
+/* OpenAI's reasoning_effort, as llama.cpp's server reads it: "none" turns thinking off
+ * (the template's enable_thinking false), any other value goes to the template as
+ * `reasoning_effort` (gpt-oss's reads it), over chat_template_kwargs'. */
+static int reasoning_effort(const cJSON *body, cJSON *vars, char *bad, size_t cap)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort");
+    if (!e || cJSON_IsNull(e) || (cJSON_IsString(e) && !e->valuestring[0]))
+        return 0;
+    if (!cJSON_IsString(e)) {
+        snprintf(bad, cap, "'reasoning_effort' must be a string (\"none\", \"low\", "
+                 "\"medium\", \"high\")");
+        return -1;
+    }
+    const int none = !strcmp(e->valuestring, "none");
+    cJSON *v = none ? cJSON_CreateFalse() : cJSON_CreateString(e->valuestring);
+    const char *key = none ? "enable_thinking" : "reasoning_effort";
+    cJSON_DeleteItemFromObjectCaseSensitive(vars, key);
+    if (none)
+        cJSON_DeleteItemFromObjectCaseSensitive(vars, "reasoning_effort");
+    if (!v || !cJSON_AddItemToObject(vars, key, v)) {
+        cJSON_Delete(v);
+        return -1;
+    }
+    return 0;
+}
+
 char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap)
 {
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
@@ -157,7 +183,8 @@ char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap
         return NULL;
     }
     cJSON *vars = cJSON_IsObject(kw) ? cJSON_Duplicate(kw, 1) : cJSON_CreateObject();
-    if (!vars || serve_tools_template_vars(body, vars)) {
+    if (!vars || serve_tools_template_vars(body, vars) ||
+        reasoning_effort(body, vars, bad, cap)) {
         cJSON_Delete(vars);
         return NULL;
     }

@@ -11,9 +11,9 @@
 
 #include "moevm/engine.h"
 
-/* DRY's sequence breakers as token sequences: a head token, and the tokens that must come
- * before it (its tail, read backwards from the head; none for a breaker within one token),
- * sorted by head (sampler_penalty.c). */
+/* DRY's sequence breakers as token sequences: a head token (whose text holds the breaker,
+ * or ends with its first bytes), and the tokens that must follow it (its tail: the rest's
+ * tokens; none for a breaker within one token), sorted by head (sampler_penalty.c). */
 typedef struct smp_breaker {
     int32_t head;
     uint32_t off, len; /* its tail: tails[off .. off + len) */
