@@ -218,6 +218,11 @@ check 'run --samplers top_k;temp with top-k 1: the greedy text' "[ -s '$tmp/s5.o
 check 'run --sampling-seq t (no top-k): not the greedy text' "[ -s '$tmp/s7.out' ] && ! cmp -s '$tmp/s7.out' '$tmp/s6.out'" "$tmp/s7.out"
 expect 2 "^moevm run: --samplers top_k;foo: 'foo' is not a sampler" -- "$moevm" run -m "$m" -p x --samplers 'top_k;foo'
 expect 2 "^moevm chat: --sampling-seq ki: the sampler 'i' is not supported by moevm$" -- "$moevm" chat -m "$m" --sampling-seq ki
+# the reasoning budget (llama.cpp's --reasoning-budget): DeepSeek-R1's prompt opens the
+# reasoning, which ends after 2 tokens with the message, on stderr; run has no chat's reasoning
+printf 'Hi\n' | "$moevm" chat -m "$tmp/ds.gguf" --temp 0 -n 30 --reasoning-budget 2 --reasoning-budget-message ' Enough.' >"$tmp/s8.out" 2>"$tmp/s8.err"
+check 'chat --reasoning-budget 2: the reasoning ends with the message' "grep -q ' Enough\.\$' '$tmp/s8.err' && [ -s '$tmp/s8.out' ]" "$tmp/s8.err"
+expect 2 '^moevm run: --reasoning-budget applies to a chat' -- "$moevm" run -m "$m" -p x --reasoning-budget 0
 expect 2 '^moevm run: --mirostat 3: expected an integer in 0..2$' -- "$moevm" run -m "$m" -p x --mirostat 3
 expect 2 '^moevm run: --typical 2: expected a number in 0..1$' -- "$moevm" run -m "$m" -p x --typical 2
 expect 2 '^moevm chat: --dry-sequence-breaker: an empty sequence breaker$' -- "$moevm" chat -m "$m" --dry-sequence-breaker ''

@@ -241,6 +241,22 @@ def llama_api(s, arch):
           (none["prompt"] != plain["prompt"]) == (arch in ("qwen3moe", "glm4moe", "deepseek2")) and
           ("Reasoning: high" in high["prompt"]) == (arch == "gpt-oss"),
           f"{arch}: reasoning_effort: {plain} {none} {high}")
+    # llama.cpp's reasoning budget, where the prompt opens the reasoning (DeepSeek-R1's and
+    # MiniMax-M2's generation prompts): two tokens of thinking, then the message and the end
+    # mark forced; 0: the message alone; the reply goes on after it
+    if re.search(r"<think>\s*$", plain["prompt"]):
+        for budget, msg in ((2, " Enough."), (0, " Skip.")):
+            status, c = s.post("/v1/chat/completions", dict(
+                GREEDY, messages=MSGS, max_tokens=40, reasoning_budget_tokens=budget,
+                reasoning_budget_message=msg))
+            m = c["choices"][0]["message"] if status == 200 else {}
+            rc = (m.get("reasoning_content") or "").strip()
+            check(rc.endswith(msg.strip()) and (budget or rc == msg.strip()) and
+                  c["usage"]["completion_tokens"] > budget + 2,
+                  f"{arch}: reasoning budget {budget}: {m}")
+    status, bad = s.post("/v1/chat/completions", {"messages": MSGS, "reasoning_budget_tokens": -2})
+    check(status == 400 and "'reasoning_budget_tokens'" in bad["error"]["message"],
+          f"{arch}: reasoning_budget_tokens -2: {bad}")
     status, bad = s.post("/v1/chat/completions", {"messages": MSGS, "reasoning_effort": 3})
     check(status == 400 and "'reasoning_effort'" in bad["error"]["message"],
           f"{arch}: reasoning_effort 3: {bad}")

@@ -34,7 +34,7 @@ void mvm_cli_sampling_init(mvm_cli_sampling *c)
     *c = (mvm_cli_sampling){
         .s = {.dry_base = 1.75f, .dry_allowed_length = 2, .dynatemp_exponent = 1,
               .mirostat_tau = 5, .mirostat_eta = 0.1f, .xtc_threshold = 0.1f},
-        .dry_last_n = 64, .n_breakers = 4};
+        .dry_last_n = 64, .n_breakers = 4, .think_budget = -1};
     memcpy(c->breakers, default_breakers, sizeof default_breakers);
 }
 
@@ -91,6 +91,16 @@ int mvm_cli_sampling_option(const char *cmd, int id, const char *f, const char *
         return 0;
     case MVM_CLI_S_MIROSTAT_LR: return mvm_cli_float(cmd, f, v, 1e-6, 100, &s->mirostat_eta);
     case MVM_CLI_S_MIROSTAT_ENT: return mvm_cli_float(cmd, f, v, 1e-6, 100, &s->mirostat_tau);
+    case MVM_CLI_S_THINK:
+        if (v && !strcmp(v, "-1")) {
+            c->think_budget = -1;
+            return 0;
+        }
+        if (mvm_cli_u32(cmd, f, v, 0, 1u << 24, &u))
+            return 2;
+        c->think_budget = (int32_t)u;
+        return 0;
+    case MVM_CLI_S_THINK_MSG: c->think_message = v; return 0;
     case MVM_CLI_S_SAMPLERS: return samplers_option(cmd, f, v ? v : "", 0, c);
     case MVM_CLI_S_SEQ: return samplers_option(cmd, f, v ? v : "", 1, c);
     default: return -1;
@@ -144,5 +154,8 @@ void mvm_cli_sampling_usage(FILE *f)
             "                  --mirostat-lr eta 0.1; 0: off)\n"
             "  --samplers N;N;...  the steps in this order, llama.cpp's names (default\n"
             "                  penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;\n"
-            "                  temperature); --sampling-seq: their letters (edskypmxt)\n");
+            "                  temperature); --sampling-seq: their letters (edskypmxt)\n"
+            "  --reasoning-budget N  chat, serve: a reply's reasoning ends after N tokens (0:\n"
+            "                  at once; -1, the default: no budget), with\n"
+            "                  --reasoning-budget-message TEXT before its end mark\n");
 }

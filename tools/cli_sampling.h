@@ -18,7 +18,7 @@ enum {
     MVM_CLI_S_DRY_ALLOWED, MVM_CLI_S_DRY_LAST_N, MVM_CLI_S_DRY_BREAKER, MVM_CLI_S_SIGMA,
     MVM_CLI_S_TYPICAL, MVM_CLI_S_XTC_P, MVM_CLI_S_XTC_T, MVM_CLI_S_DYNATEMP,
     MVM_CLI_S_DYNATEMP_EXP, MVM_CLI_S_MIROSTAT, MVM_CLI_S_MIROSTAT_LR, MVM_CLI_S_MIROSTAT_ENT,
-    MVM_CLI_S_SAMPLERS, MVM_CLI_S_SEQ,
+    MVM_CLI_S_SAMPLERS, MVM_CLI_S_SEQ, MVM_CLI_S_THINK, MVM_CLI_S_THINK_MSG,
 };
 
 #define MVM_CLI_SAMPLING_OPTS                                                                   \
@@ -33,7 +33,9 @@ enum {
     {"dynatemp-range", 0, 1, MVM_CLI_S_DYNATEMP}, {"dynatemp-exp", 0, 1, MVM_CLI_S_DYNATEMP_EXP}, \
     {"mirostat", 0, 1, MVM_CLI_S_MIROSTAT}, {"mirostat-lr", 0, 1, MVM_CLI_S_MIROSTAT_LR},       \
     {"mirostat-ent", 0, 1, MVM_CLI_S_MIROSTAT_ENT}, {"samplers", 0, 1, MVM_CLI_S_SAMPLERS},     \
-    {"sampling-seq", 0, 1, MVM_CLI_S_SEQ}, {"sampler-seq", 0, 1, MVM_CLI_S_SEQ}
+    {"sampling-seq", 0, 1, MVM_CLI_S_SEQ}, {"sampler-seq", 0, 1, MVM_CLI_S_SEQ},               \
+    {"reasoning-budget", 0, 1, MVM_CLI_S_THINK},                                                \
+    {"reasoning-budget-message", 0, 1, MVM_CLI_S_THINK_MSG}
 
 #define MVM_CLI_MAX_BREAKERS 16
 
@@ -44,6 +46,8 @@ typedef struct mvm_cli_sampling {
     const char *breakers[MVM_CLI_MAX_BREAKERS]; /* llama.cpp's defaults until one is given */
     size_t n_breakers;
     int breakers_given;
+    int32_t think_budget;      /* --reasoning-budget: -1 none (chat and serve) */
+    const char *think_message; /* --reasoning-budget-message, or NULL */
 } mvm_cli_sampling;
 
 /* llama.cpp's defaults: every step off, DRY's base 1.75, allowed length 2, the last 64

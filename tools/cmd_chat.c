@@ -21,6 +21,7 @@
 #include "engine/chat/chat_reply.h"
 #include "engine/compute/clock.h"
 #include "tools/cli_engine.h"
+#include "tools/cli_think.h"
 
 enum { O_SYSTEM = 1, O_VERBOSE };
 
@@ -206,16 +207,32 @@ static int reply(struct chat *c, cJSON **reply)
         free(text);
         return 1;
     }
+    mvm_think_budget think, *budget = NULL; /* --reasoning-budget: each reply's own */
+    char why[512];
+    if (c->o.sampling.think_budget >= 0) {
+        if (mvm_cli_think_make(c->e, c->read.syntax, c->o.sampling.think_budget,
+                               c->o.sampling.think_message, c->read.thinking_open, &think, why,
+                               sizeof why)) {
+            fprintf(stderr, "moevm chat: --reasoning-budget: %s\n", why);
+            mvm_sampler_set_grammar(c->sampler, NULL);
+            mvm_grammar_free(grammar);
+            free(text);
+            return 1;
+        }
+        budget = &think;
+    }
     double t0 = mvm_now_s();
     int rc = 0;
     for (int32_t made = 0; !mvm_cli_interrupted && (c->o.n_predict < 0 || made < c->o.n_predict);
          made++) {
         if (c->o.ignore_eos)
             mvm_engine_mask_eog(c->e, c->logits);
-        int32_t next = mvm_sampler_sample_after(c->sampler, c->logits, in.n_vocab, c->cached,
-                                                c->n_cached);
+        int forced;
+        int32_t next = mvm_cli_think_next(budget, c->sampler, grammar, c->logits, in.n_vocab,
+                                          c->cached, c->n_cached, &forced);
         if (next < 0 || mvm_engine_is_eog(c->e, next) || c->n_cached + 1 >= in.n_ctx)
             break;
+        mvm_cli_think_took(c->e, budget, next);
         const size_t np = mvm_cli_reply_piece(c->e, next, c->keep, c->n_keep, piece,
                                               sizeof piece);
         if (len + np + 1 > cap) {

@@ -236,6 +236,11 @@ static int check_args(struct run_args *a)
     }
     if (mvm_cli_grammar_load("run", &a->grammar))
         return 2;
+    if (a->sampling.think_budget >= 0 || a->sampling.think_message) {
+        fprintf(stderr, "moevm run: --reasoning-budget applies to a chat's replies (moevm chat, "
+                "moevm serve)\n");
+        return 2;
+    }
     return a->file && read_prompt(a) ? 1 : -1;
 }
 

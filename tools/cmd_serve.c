@@ -213,6 +213,8 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
                            .api_keys = (const char *const *)a->keys, .n_api_keys = a->n_keys,
                            .default_grammar = a->o.grammar.gbnf,
                            .default_breakers = a->o.breakers,
+                           .default_think_budget = a->o.sampling.think_budget,
+                           .default_think_message = a->o.sampling.think_message,
                            .reasoning_none = a->reasoning_none};
     serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, &api, &port);
     pthread_t t;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "engine/chat/chat_reply.h"
+#include "engine/chat/think_budget.h"
 #include "engine/forward/sampler.h"
 #include "moevm/engine.h"
 
@@ -82,6 +83,10 @@ typedef struct serve_req {
     int lazy_call;            /* "auto": a lazy grammar holds a call the model starts */
     char *force_name;         /* that function; NULL: any of the tools */
     int parallel_calls;       /* parallel_tool_calls: a forced reply may make several */
+    int32_t think_tokens;     /* a chat's reasoning budget (llama.cpp's): -1 none */
+    char *think_message;      /* forced before the block's end mark, or NULL */
+    int thinking;             /* think holds the budget, made for the prompt */
+    mvm_think_budget think;
     int32_t keep[SERVE_MAX_KEEP]; /* control tokens whose texts the reply keeps: the syntax's */
     uint32_t n_keep;          /* markup, which the reader must see */
     char id[48];

@@ -311,7 +311,11 @@ static serve_req *sibling(serve_req *r)
     c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
     c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
     c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;
-    c->post_sampling = r->post_sampling;
+    c->post_sampling = r->post_sampling, c->think_tokens = r->think_tokens;
+    if (r->think_message && !(c->think_message = strdup(r->think_message))) {
+        serve_req_release(c);
+        return NULL;
+    }
     c->breakers = r->breakers;
     if (r->own_breakers) { /* read from r's: r stays until c goes */
         pthread_mutex_lock(&r->mu);
@@ -481,6 +485,7 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
          !logprobs(root, r, bad, sizeof bad) &&
          !serve_grammar_text(a, root, &gbnf, bad, sizeof bad) &&
          !serve_bias_read(a, root, r, bad, sizeof bad) &&
+         !serve_think_read(a, root, r, bad, sizeof bad) &&
          (kind != SERVE_CHAT || !serve_tools_read(a, root, r, bad, sizeof bad));
     if (ok && r->force_call) /* its own grammar, made once the prompt is known */
         free(gbnf), gbnf = NULL;
@@ -516,7 +521,8 @@ uint32_t serve_api_requests(const serve_api *a, enum serve_kind kind, const char
         if (q)
             out[made++] = q;
         ok = q && !prompt(a, root, e, field, infill, q, bad, sizeof bad) &&
-             !serve_grammar_bind(a, gbnf, q, bad, sizeof bad) && !bind_tools(a, q, bad, sizeof bad);
+             !serve_grammar_bind(a, gbnf, q, bad, sizeof bad) &&
+             !bind_tools(a, q, bad, sizeof bad) && !serve_think_bind(a, q, bad, sizeof bad);
         if (ok)
             snprintf(q->id, sizeof q->id, "%s-%u", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
                      atomic_fetch_add(&counter, 1));

@@ -27,6 +27,8 @@ typedef struct serve_api {
     uint32_t n_api_keys;         /* 0: no key is asked for */
     const char *default_grammar; /* --grammar's or --json-schema's GBNF; NULL: none */
     const mvm_dry_breakers *default_breakers; /* DRY's, of the command line; NULL: none */
+    int32_t default_think_budget;     /* --reasoning-budget: -1 none */
+    const char *default_think_message; /* --reasoning-budget-message, or NULL */
     int reasoning_none;          /* --reasoning-format none: a chat's reasoning stays content */
 } serve_api;
 
@@ -78,6 +80,12 @@ int serve_grammar_bind(const serve_api *a, const char *gbnf, serve_req *r, char 
  * own dry_sequence_breakers made); -1 with a message in bad. */
 int serve_sampling_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
                         size_t cap);
+/* A chat's reasoning budget (serve_sampling.c): the body's reasoning_budget_tokens (or
+ * thinking_budget_tokens) and reasoning_budget_message over a's defaults, into r; -1 with
+ * a message in bad. serve_think_bind then makes r's budget, its prompt known. */
+int serve_think_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
+                     size_t cap);
+int serve_think_bind(const serve_api *a, serve_req *r, char *bad, size_t cap);
 /* The body's `logit_bias` into r; -1 with a message in bad (a shape it cannot be, a token
  * outside the vocabulary). */
 int serve_bias_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,

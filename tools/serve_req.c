@@ -41,6 +41,7 @@ void serve_req_release(serve_req *r)
     serve_req_release(r->owner);
     cJSON_Delete(r->tools);
     free(r->force_name);
+    free(r->think_message);
     free(r->bias);
     free(r);
 }

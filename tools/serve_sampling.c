@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "moevm/moevm.h"
+#include "tools/cli_think.h"
 #include "tools/sampler_order.h"
 #include "tools/serve_api.h"
 
@@ -157,4 +158,38 @@ int serve_sampling_read(const serve_api *a, const cJSON *body, serve_req *r, cha
                    order(body, r, bad, cap) || breakers(a, body, r, bad, cap)
                ? -1
                : 0;
+}
+
+int serve_think_read(const serve_api *a, const cJSON *body, serve_req *r, char *bad,
+                     size_t cap)
+{
+    double budget = -1;
+    if (serve_api_number(body, "reasoning_budget_tokens", -1, 1 << 24, 1, &budget, bad, cap) ||
+        (budget < 0 && serve_api_number(body, "thinking_budget_tokens", -1, 1 << 24, 1,
+                                        &budget, bad, cap)))
+        return -1;
+    r->think_tokens = budget >= 0 ? (int32_t)budget : a->default_think_budget;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(body, "reasoning_budget_message");
+    if (m && !cJSON_IsNull(m) && (!cJSON_IsString(m) || strlen(m->valuestring) > 1024)) {
+        snprintf(bad, cap, "'reasoning_budget_message' must be a string of at most 1024 bytes");
+        return -1;
+    }
+    const char *msg = cJSON_IsString(m) ? m->valuestring : a->default_think_message;
+    if (msg && msg[0] && !(r->think_message = strdup(msg)))
+        return -1;
+    return 0;
+}
+
+int serve_think_bind(const serve_api *a, serve_req *r, char *bad, size_t cap)
+{
+    if (r->kind != SERVE_CHAT || r->think_tokens < 0)
+        return 0;
+    char why[400];
+    if (mvm_cli_think_make(a->e, r->reply.syntax, r->think_tokens, r->think_message,
+                           r->reply.thinking_open, &r->think, why, sizeof why)) {
+        snprintf(bad, cap, "'reasoning_budget_tokens': %s", why);
+        return -1;
+    }
+    r->thinking = 1;
+    return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "engine/compute/clock.h"
 #include "tools/cli_engine.h"
+#include "tools/cli_think.h"
 #include "tools/serve.h"
 
 struct slot {
@@ -24,6 +25,7 @@ struct slot {
     int32_t *cached;          /* [n_ctx] the sequence's tokens in the cache */
     uint32_t n_cached;
     mvm_sampler *sampler;
+    mvm_think_budget think;   /* the request's reasoning budget, followed; where it has one */
     const float *logits;      /* the next token's logits (a row of the last batch's), or
                                  NULL while the prompt is being read */
     char *pending;            /* [n_ctx * 8 + 64] generated text not yet released: a stop
@@ -280,19 +282,23 @@ static int32_t next_token(serve *s, struct slot *sl)
         logits[r->bias[i].id] += r->bias[i].bias;
     if (r->ignore_eos)
         mvm_engine_mask_eog(s->e, logits);
-    int32_t next = mvm_sampler_sample_after(sl->sampler, logits, s->info.n_vocab, sl->cached,
-                                            sl->n_cached);
+    int forced;
+    int32_t next = mvm_cli_think_next(r->thinking ? &sl->think : NULL, sl->sampler, r->grammar,
+                                      logits, s->info.n_vocab, sl->cached, sl->n_cached,
+                                      &forced);
     if (next < 0 && r->grammar && mvm_grammar_finished(r->grammar))
         return finish(s, sl, "stop", NULL), -1; /* ignore_eos: the grammar's sentence whole */
     if (next < 0 || mvm_engine_is_eog(s->e, next))
         return finish(s, sl, "stop", next >= 0 ? NULL : r->grammar
                       ? "no token that the grammar allows could be sampled"
                       : "no token could be sampled (NaN logits)"), -1;
+    mvm_cli_think_took(s->e, r->thinking ? &sl->think : NULL, next);
     if (r->post_sampling) {
         int32_t ids[SERVE_MAX_LOGPROBS];
-        float p[SERVE_MAX_LOGPROBS], chosen;
-        const uint32_t got = mvm_sampler_last_probs(sl->sampler, r->top_logprobs, ids, p,
-                                                    &chosen);
+        float p[SERVE_MAX_LOGPROBS], chosen = 1;
+        const uint32_t got = forced ? (ids[0] = next, p[0] = 1, 1) /* certain */
+                                    : mvm_sampler_last_probs(sl->sampler, r->top_logprobs,
+                                                             ids, p, &chosen);
         row[0] = (serve_logprob){next, chosen};
         for (uint32_t j = 0; j < r->top_logprobs; j++)
             row[1 + j] = (serve_logprob){j < got ? ids[j] : -1, j < got ? p[j] : 0};
@@ -449,6 +455,7 @@ static uint32_t admit(serve *s)
             pthread_mutex_lock(&s->mu);
         } else {
             mvm_sampler_set_dry_breakers(sl->sampler, r->breakers);
+            sl->think = r->think; /* its own copy: the state moves with the reply */
         }
     }
     uint32_t active = 0;

@@ -233,12 +233,14 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t size)
 static int add(breaker_list *l, int32_t head, const int32_t *tail, uint32_t len)
 {
     for (uint32_t i = l->n; i-- > 0 && l->b[i].head == head;)
-        if (l->b[i].len == len && !memcmp(l->tails + l->b[i].off, tail, len * sizeof *tail))
+        if (l->b[i].len == len &&
+            (!len || !memcmp(l->tails + l->b[i].off, tail, len * sizeof *tail)))
             return 0;
     if (grow((void **)&l->b, &l->cap, l->n + 1, sizeof *l->b) ||
         grow((void **)&l->tails, &l->cap_tails, l->n_tails + len, sizeof *l->tails))
         return -1;
-    memcpy(l->tails + l->n_tails, tail, len * sizeof *tail);
+    if (len) /* (a breaker within one token has no tail, and there may be no tails yet) */
+        memcpy(l->tails + l->n_tails, tail, len * sizeof *tail);
     l->b[l->n++] = (smp_breaker){head, l->n_tails, len};
     l->n_tails += len;
     return 0;
@@ -353,7 +355,8 @@ mvm_status mvm_dry_breakers_create(const mvm_engine *e, const char *const *break
         free(l.tails);
         return st == MVM_ERR_NOMEM ? mvm_fail(st, "sampler: no memory for DRY's breakers") : st;
     }
-    qsort(l.b, l.n, sizeof *l.b, by_head);
+    if (l.n)
+        qsort(l.b, l.n, sizeof *l.b, by_head);
     if (!(*out = malloc(sizeof **out))) {
         free(l.b);
         free(l.tails);

@@ -83,6 +83,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
     "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" "$root/tools/serve_tools.c" \
     "$root/tools/serve_bias.c" "$root/tools/serve_sampling.c" "$root/tools/sampler_order.c" \
+    "$root/tools/cli_think.c" "$root/engine/chat/think_budget.c" \
     "$root"/engine/forward/sampler*.c \
     "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c "$root"/engine/chat/chat_reply*.c \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
