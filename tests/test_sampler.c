@@ -11,12 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "check.h"
-#include "engine/compute/pool.h"
-#include "engine/synth/mkmodel.h"
 #include "moevm/engine.h"
+#include "tiny_engine.h"
 #include "vmm/error.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -233,22 +231,8 @@ int main(void)
     RUN(test_params);
     RUN(test_penalties);
     RUN(test_greedy);
-    char path[] = "/tmp/test_sampler_XXXXXX";
-    int fd = mkstemp(path);
-    mvm_model_spec spec = mvm_preset_find("tiny", "qwen3moe")->spec;
-    CHECK(fd >= 0);
-    mvm_pool *pool = NULL;
-    CHECK_ST(mvm_pool_create(1, NULL, &pool), MVM_OK);
-    CHECK_ST(mvm_mkmodel_write(&spec, path, pool, NULL, NULL), MVM_OK);
-    mvm_pool_destroy(pool);
-    setenv("MOEVM_BACKEND", "host", 1);
-    CHECK_ST(mvm_engine_load(&(mvm_engine_params){.model = path, .threads = 1}, &engine),
-             MVM_OK);
-    if (engine)
+    if ((engine = tiny_engine()))
         RUN(test_dry);
     mvm_engine_free(engine);
-    unlink(path);
-    if (fd >= 0)
-        close(fd);
     TEST_END();
 }

@@ -15,20 +15,11 @@
 # ("Unexpected empty grammar stack") when a grammar is finished and the end is masked.
 # usage: bash bench/cpu/grammar.sh [tokens (256)] [threads (2)] [rounds (3)]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-n=${1:-256}
-threads=${2:-2}
-rounds=${3:-3}
-moevm=${MOEVM:-build/moevm}
-bin=.llamacpp/build-cpu/bin
-dir=build/bench-models
-model=$dir/qwen3-vocab.gguf
+prompt="Data:"
+# shellcheck source=bench/cpu/vocab_bench.sh
+. "$(dirname "$0")/vocab_bench.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$dir"
-[ -x "$moevm" ] || { echo "bench/cpu/grammar.sh: $moevm: build moevm first" >&2; exit 1; }
-[ -f "$model" ] || "$moevm" mkmodel --preset qwen3-30b-a3b --layers 2 --experts 8 --top-k 2 \
-    --embd 512 --expert-ff 128 --type q8_0 -o "$model" >/dev/null
 json='root ::= object
 value ::= object | array | string | number | ("true" | "false" | "null") ws
 object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
@@ -39,22 +30,6 @@ ws ::= | " " | "\n" [ \t]{0,20}'
 schema='{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","age","tags"]}}'
 printf '%s\n' "$json" >"$tmp/json.gbnf"
 printf '%s\n' "$schema" >"$tmp/schema.json"
-have_llama=0
-[ -x "$bin/llama-completion" ] && have_llama=1
-echo "== $model: $n tokens, $threads threads, $rounds rounds; llama.cpp: $([ $have_llama = 1 ] && echo "$bin" || echo "not built")"
-
-# moevm's decode tok/s (run -o json's), with extra options
-moevm_rate() {
-    "$moevm" run -m "$model" -p "Data:" -n "$n" -t "$threads" -o json "$@" \
-        2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode"]["tokens_per_second"])'
-}
-# llama-completion's decode tok/s, its sampling included (bench/cpu/completion_rate.py)
-llama_rate() {
-    "$bin/llama-completion" -m "$model" -p "Data:" -n "$n" -t "$threads" -no-cnv \
-        "$@" </dev/null 2>&1 | python3 bench/cpu/completion_rate.py
-}
-best() { python3 -c 'import sys; v=[float(x) for x in sys.argv[1:] if x]; print(max(v) if v else 0)' "$@"; }
-
 for temp in 0 1; do
     base=0
     for g in none json schema; do

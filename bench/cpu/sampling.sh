@@ -18,33 +18,9 @@
 #          [llamacpp_tok_s=.. ratio=..] cost=.. (moevm's, against default)
 # usage: bash bench/cpu/sampling.sh [tokens (256)] [threads (2)] [rounds (3)]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-n=${1:-256}
-threads=${2:-2}
-rounds=${3:-3}
-moevm=${MOEVM:-build/moevm}
-bin=.llamacpp/build-cpu/bin
-dir=build/bench-models
-model=$dir/qwen3-vocab.gguf
-mkdir -p "$dir"
-[ -x "$moevm" ] || { echo "bench/cpu/sampling.sh: $moevm: build moevm first" >&2; exit 1; }
-[ -f "$model" ] || "$moevm" mkmodel --preset qwen3-30b-a3b --layers 2 --experts 8 --top-k 2 \
-    --embd 512 --expert-ff 128 --type q8_0 -o "$model" >/dev/null
-have_llama=0
-[ -x "$bin/llama-completion" ] && have_llama=1
-echo "== $model: $n tokens, $threads threads, $rounds rounds; llama.cpp: $([ $have_llama = 1 ] && echo "$bin" || echo "not built")"
-
-# decode tok/s: moevm's (run -o json's), llama-completion's with its sampling time
-# (bench/cpu/completion_rate.py: its eval time line leaves sampling out)
-moevm_rate() {
-    "$moevm" run -m "$model" -p "Once upon a time" -n "$n" -t "$threads" --ignore-eos -o json \
-        "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode"]["tokens_per_second"])'
-}
-llama_rate() {
-    "$bin/llama-completion" -m "$model" -p "Once upon a time" -n "$n" -t "$threads" -no-cnv \
-        --ignore-eos "$@" </dev/null 2>&1 | python3 bench/cpu/completion_rate.py
-}
-best() { python3 -c 'import sys; v=[float(x) for x in sys.argv[1:] if x]; print(max(v) if v else 0)' "$@"; }
+prompt="Once upon a time"
+# shellcheck source=bench/cpu/vocab_bench.sh
+. "$(dirname "$0")/vocab_bench.sh"
 
 default=(--temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05)
 base=0
@@ -62,8 +38,8 @@ for c in default penalties dry typical xtc sigma dynatemp mirostat; do
     esac
     m=() l=()
     for r in $(seq "$rounds"); do
-        m+=("$(moevm_rate -s "$r" "${opt[@]}")")
-        [ $have_llama = 1 ] && l+=("$(llama_rate -s "$r" "${opt[@]}")")
+        m+=("$(moevm_rate --ignore-eos -s "$r" "${opt[@]}")")
+        [ $have_llama = 1 ] && l+=("$(llama_rate --ignore-eos -s "$r" "${opt[@]}")")
     done
     mb=$(python3 -c "print(round($(best "${m[@]}"), 1))")
     [ "$c" = default ] && base=$mb

@@ -56,24 +56,19 @@ static mvm_status check_params(const mvm_sampler_params *p)
     return MVM_OK;
 }
 
+static void or_default(float *v, float d)
+{
+    *v = *v == 0 ? d : *v;
+}
+
 /* The parameters with what is left 0 read as its default, and what does nothing off. */
 static mvm_sampler_params normalized(const mvm_sampler_params *in)
 {
     mvm_sampler_params p = *in;
-    if (p.top_p == 0)
-        p.top_p = 1;
-    if (p.typical_p == 0)
-        p.typical_p = 1;
-    if (p.dry_base == 0)
-        p.dry_base = 1.75f;
-    if (p.dynatemp_exponent == 0)
-        p.dynatemp_exponent = 1;
-    if (p.mirostat_tau == 0)
-        p.mirostat_tau = 5;
-    if (p.mirostat_eta == 0)
-        p.mirostat_eta = 0.1f;
-    if (p.min_keep == 0)
-        p.min_keep = 1;
+    or_default(&p.top_p, 1), or_default(&p.typical_p, 1), or_default(&p.dry_base, 1.75f);
+    or_default(&p.dynatemp_exponent, 1), or_default(&p.mirostat_tau, 5);
+    or_default(&p.mirostat_eta, 0.1f);
+    p.min_keep = p.min_keep ? p.min_keep : 1;
     if (p.xtc_threshold > 0.5f || p.xtc_probability == 0)
         p.xtc_probability = 0; /* llama.cpp's: a threshold over 0.5 turns XTC off */
     if (p.dry_multiplier == 0 || p.dry_last_n == 0)
