@@ -195,6 +195,17 @@ def llama_api(s, arch):
                                                 logit_bias={str(first): False}))
     check(status == 200 and banned["tokens"] and first not in banned["tokens"],
           f"{arch}: logit_bias false {banned}")
+    # llama.cpp's t_max_predict_ms (llama.vscode's): the reply ends once it has taken that
+    # long and made a new line (here every token is one), as a length limit
+    pieces = s.post("/tokenize", {"content": "a\nb", "with_pieces": True})[1]["tokens"]
+    nl = [t["id"] for t in pieces if t["piece"] == "\n"]
+    lines = dict(ask, n_predict=200, ignore_eos=True, logit_bias=[[nl[0] if nl else 0, 100]])
+    status, capped = s.post("/completion", dict(lines, t_max_predict_ms=1))
+    status2, whole = s.post("/completion", lines)
+    check(status == status2 == 200 and capped["stop_type"] == "limit" and
+          0 < capped["tokens_predicted"] < 200 and whole["tokens_predicted"] == 200 and
+          capped["content"].startswith("\n"),
+          f"{arch}: t_max_predict_ms {capped.get('tokens_predicted')} {whole.get('tokens_predicted')}")
     status, plain = s.post("/completion", ask)
     check(status == 200 and plain["content"] == text and plain["tokens"] == [] and
           plain["tokens_cached"] > 0, f"{arch}: /completion again, cached: {plain}")

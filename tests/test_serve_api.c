@@ -436,6 +436,7 @@ static void test_sampling_fields(const serve_api *a)
          "\"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\", \"k\"]}",
          "'samplers' must be"},
         {"{\"prompt\": \"x\", \"mirostat\": 3}", "'mirostat'"},
+        {"{\"prompt\": \"x\", \"t_max_predict_ms\": \"soon\"}", "'t_max_predict_ms'"},
         {"{\"prompt\": \"x\", \"typical_p\": 2}", "'typical_p'"},
         {"{\"prompt\": \"x\", \"xtc_threshold\": -1}", "'xtc_threshold'"},
         {"{\"prompt\": \"x\", \"frequency_penalty\": \"a\"}", "'frequency_penalty'"},

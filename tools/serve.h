@@ -57,6 +57,8 @@ typedef struct serve_req {
     int32_t *prompt;
     uint32_t n_prompt;
     int32_t max_tokens;       /* -1: until the model ends or the context is full */
+    double t_max_predict;     /* llama.cpp's t_max_predict_ms, in seconds (0: none): the reply
+                                 ends once it has taken this long and made a new line */
     int ignore_eos;           /* llama.cpp's: end-of-generation tokens are never sampled */
     int cache_prompt;         /* a slot's cached prefix may be reused (llama.cpp's) */
     int return_tokens;        /* SERVE_LLAMA: the whole reply gives its token ids */

@@ -308,6 +308,7 @@ static serve_req *sibling(serve_req *r)
     if (!c)
         return NULL;
     c->kind = r->kind, c->stream = r->stream, c->max_tokens = r->max_tokens;
+    c->t_max_predict = r->t_max_predict;
     c->ignore_eos = r->ignore_eos, c->cache_prompt = r->cache_prompt;
     c->return_tokens = r->return_tokens, c->id_slot = r->id_slot;
     c->logprobs = r->logprobs, c->top_logprobs = r->top_logprobs, c->sp = r->sp;

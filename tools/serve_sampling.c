@@ -21,7 +21,7 @@ static int basics(const serve_api *a, const cJSON *body, serve_req *r, char *bad
     double t = a->defaults.temperature, p = a->defaults.top_p, k = a->defaults.top_k;
     double mp = a->defaults.min_p, rp = a->defaults.repeat_penalty;
     double seed = (double)(a->defaults.seed & 0xFFFFFFFF), max = a->default_max_tokens;
-    double mct = -2, np = -2, last = a->defaults.repeat_last_n;
+    double mct = -2, np = -2, last = a->defaults.repeat_last_n, tmax = 0;
     int bad_any = serve_api_number(body, "temperature", 0, 100, 0, &t, bad, cap) |
                   serve_api_number(body, "top_p", 1e-6, 1, 0, &p, bad, cap) |
                   serve_api_number(body, "top_k", 0, 1 << 24, 1, &k, bad, cap) |
@@ -32,7 +32,8 @@ static int basics(const serve_api *a, const cJSON *body, serve_req *r, char *bad
                   serve_api_number(body, "max_completion_tokens", -1, 1 << 24, 1, &mct, bad,
                                    cap) |
                   serve_api_number(body, "n_predict", -1, 1 << 24, 1, &np, bad, cap) |
-                  serve_api_number(body, "repeat_last_n", -1, 1 << 24, 1, &last, bad, cap);
+                  serve_api_number(body, "repeat_last_n", -1, 1 << 24, 1, &last, bad, cap) |
+                  serve_api_number(body, "t_max_predict_ms", -1, 1e12, 0, &tmax, bad, cap);
     if (bad_any)
         return -1;
     r->sp.temperature = (float)t, r->sp.top_p = (float)p, r->sp.top_k = (int32_t)k;
@@ -41,6 +42,7 @@ static int basics(const serve_api *a, const cJSON *body, serve_req *r, char *bad
     /* llama.cpp's -1: the whole context */
     r->sp.repeat_last_n = last < 0 ? a->n_ctx : (uint32_t)last;
     r->max_tokens = (int32_t)(np > -2 ? np : mct > -2 ? mct : max);
+    r->t_max_predict = tmax > 0 ? tmax / 1e3 : 0; /* llama.cpp's -1 and 0: none */
     return 0;
 }
 

@@ -28,6 +28,7 @@ struct slot {
     mvm_think_budget think;   /* the request's reasoning budget, followed; where it has one */
     const float *logits;      /* the next token's logits (a row of the last batch's), or
                                  NULL while the prompt is being read */
+    int new_line;             /* the reply has made a new line (t_max_predict's condition) */
     char *pending;            /* [n_ctx * 8 + 64] generated text not yet released: a stop
                                  string's possible start, or a character's first bytes */
     size_t n_pending;
@@ -330,6 +331,10 @@ static int32_t next_token(serve *s, struct slot *sl)
         pthread_mutex_unlock(&r->mu);
         return finish(s, sl, "length", NULL), -1;
     }
+    /* llama.cpp's t_max_predict_ms (editors' completions): time is up once a line is made */
+    sl->new_line |= memchr(piece, '\n', np < sizeof piece ? np : sizeof piece) != NULL;
+    if (r->t_max_predict > 0 && sl->new_line && mvm_now_s() - r->t_prompt > r->t_max_predict)
+        return finish(s, sl, "length", NULL), -1;
     return next;
 }
 
@@ -447,7 +452,7 @@ static uint32_t admit(serve *s)
         r->next = NULL;
         sl->req = r;
         sl->started = 0;
-        sl->n_pending = 0;
+        sl->n_pending = 0, sl->new_line = 0;
         if (mvm_sampler_create(&r->sp, s->info.n_vocab, &sl->sampler) != MVM_OK ||
             mvm_sampler_set_grammar(sl->sampler, r->grammar) != MVM_OK) {
             pthread_mutex_unlock(&s->mu);
