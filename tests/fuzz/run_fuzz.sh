@@ -149,8 +149,10 @@ printf '%s' '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.5,
     serve_seed 0 completions
 printf '%s' '{"prompt": "x", "logprobs": 3}a\xe2\x82b' | serve_seed 16 completions-logprobs
 printf '%s' '{"prompt": ["x", [5, "y"], "z"], "logprobs": 1}ab' | serve_seed 8 completions-several
-printf '%s' '{"prompt": "x", "n": 2, "dry_multiplier": 0.8, "dry_penalty_last_n": -1, "dry_sequence_breakers": ["ab", "\n", "c"], "frequency_penalty": 0.5, "typical_p": 0.9, "mirostat": 0, "xtc_probability": 0.3, "min_keep": 2, "samplers": ["top_k", "temp", "Typ-P"]}ab' |
+printf '%s' '{"prompt": "x", "n": 2, "dry_multiplier": 0.8, "dry_penalty_last_n": -1, "dry_sequence_breakers": ["ab", "\n", "c"], "frequency_penalty": 0.5, "typical_p": 0.9, "mirostat": 0, "xtc_probability": 0.3, "min_keep": 2, "samplers": ["top_k", "temp", "Typ-P"], "t_max_predict_ms": 5, "post_sampling_probs": true, "n_probs": 2}ab' |
     serve_seed 4 completions-sampling
+printf '%s' '{"messages": [{"role": "user", "content": "x"}], "reasoning_budget_tokens": 3, "reasoning_budget_message": "Done.", "reasoning_effort": "none"}ab' |
+    serve_seed 5 chat-reasoning-budget
 printf '%s' '{"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": [{"filename": "a.py", "text": "x = 1"}, {"text": "y"}], "prompt": "a", "n_predict": 4}' |
     serve_seed 3 infill
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}ab' | serve_seed 9 chat-logprobs
