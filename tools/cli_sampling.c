@@ -55,6 +55,20 @@ static int breaker(const char *cmd, const char *flag, const char *v, mvm_cli_sam
     return 0;
 }
 
+/* A count, or llama.cpp's -1 (the context, or no budget: the option's meaning). */
+static int count_or_none(const char *cmd, const char *flag, const char *v, int32_t *out)
+{
+    uint32_t u;
+    if (v && !strcmp(v, "-1")) {
+        *out = -1;
+        return 0;
+    }
+    if (mvm_cli_u32(cmd, flag, v, 0, 1u << 24, &u))
+        return 2;
+    *out = (int32_t)u;
+    return 0;
+}
+
 int mvm_cli_sampling_option(const char *cmd, int id, const char *f, const char *v,
                             mvm_cli_sampling *c)
 {
@@ -67,15 +81,7 @@ int mvm_cli_sampling_option(const char *cmd, int id, const char *f, const char *
     case MVM_CLI_S_DRY_MULT: return mvm_cli_float(cmd, f, v, 0, big, &s->dry_multiplier);
     case MVM_CLI_S_DRY_BASE: return mvm_cli_float(cmd, f, v, 1, big, &s->dry_base);
     case MVM_CLI_S_DRY_ALLOWED: return mvm_cli_u32(cmd, f, v, 0, 1u << 24, &s->dry_allowed_length);
-    case MVM_CLI_S_DRY_LAST_N:
-        if (v && !strcmp(v, "-1")) {
-            c->dry_last_n = -1;
-            return 0;
-        }
-        if (mvm_cli_u32(cmd, f, v, 0, 1u << 24, &u))
-            return 2;
-        c->dry_last_n = (int32_t)u;
-        return 0;
+    case MVM_CLI_S_DRY_LAST_N: return count_or_none(cmd, f, v, &c->dry_last_n);
     case MVM_CLI_S_DRY_BREAKER: return breaker(cmd, f, v ? v : "", c);
     case MVM_CLI_S_SIGMA: return mvm_cli_float(cmd, f, v, -big, big, &s->top_n_sigma);
     case MVM_CLI_S_TYPICAL: return mvm_cli_float(cmd, f, v, 0, 1, &s->typical_p);
@@ -91,15 +97,7 @@ int mvm_cli_sampling_option(const char *cmd, int id, const char *f, const char *
         return 0;
     case MVM_CLI_S_MIROSTAT_LR: return mvm_cli_float(cmd, f, v, 1e-6, 100, &s->mirostat_eta);
     case MVM_CLI_S_MIROSTAT_ENT: return mvm_cli_float(cmd, f, v, 1e-6, 100, &s->mirostat_tau);
-    case MVM_CLI_S_THINK:
-        if (v && !strcmp(v, "-1")) {
-            c->think_budget = -1;
-            return 0;
-        }
-        if (mvm_cli_u32(cmd, f, v, 0, 1u << 24, &u))
-            return 2;
-        c->think_budget = (int32_t)u;
-        return 0;
+    case MVM_CLI_S_THINK: return count_or_none(cmd, f, v, &c->think_budget);
     case MVM_CLI_S_THINK_MSG: c->think_message = v; return 0;
     case MVM_CLI_S_SAMPLERS: return samplers_option(cmd, f, v ? v : "", 0, c);
     case MVM_CLI_S_SEQ: return samplers_option(cmd, f, v ? v : "", 1, c);

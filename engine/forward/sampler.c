@@ -83,17 +83,12 @@ static mvm_sampler_params normalized(const mvm_sampler_params *in)
     return p;
 }
 
-/* How many steps the order has; the index of the last temperature step in *last_temp
- * (-1: none). */
-static int steps(const mvm_sampler_params *p, int *last_temp)
+/* How many steps the order has. */
+static int steps(const mvm_sampler_params *p)
 {
     int n = 0;
-    *last_temp = -1;
-    while (n < MVM_SAMPLER_MAX_STEPS && p->order[n]) {
-        if (p->order[n] == MVM_SAMPLER_TEMPERATURE)
-            *last_temp = n;
+    while (n < MVM_SAMPLER_MAX_STEPS && p->order[n])
         n++;
-    }
     return n;
 }
 
@@ -103,7 +98,7 @@ static int reserve(mvm_sampler *s, uint32_t n_vocab)
 {
     const mvm_sampler_params *p = &s->p;
     const int dry = smp_dry_on(p), pen = smp_penalties_on(p);
-    int last_temp, n = steps(p, &last_temp);
+    const int n = steps(p);
     int early_temp = 0;
     for (int i = 0; i < n; i++)
         early_temp |= p->order[i] == MVM_SAMPLER_TEMPERATURE && i != n - 1;
@@ -402,6 +397,15 @@ static void penalize(mvm_sampler *s, row *r, int step, const int32_t *prev, uint
         s->key[i] = smp_key(l[smp_id(s->key[i])], smp_id(s->key[i]));
 }
 
+/* The candidate with the highest key: the highest logit, ties to the lower id (m > 0). */
+static uint32_t best_candidate(const mvm_sampler *s, uint32_t m)
+{
+    uint32_t at = 0;
+    for (uint32_t i = 1; i < m; i++)
+        at = s->key[i] > s->key[at] ? i : at;
+    return at;
+}
+
 /* The temperature step: the draw's, where it is the order's last; else the candidates'
  * logits divided by it (a temperature of 0: the best alone), and the draw's stays 1. */
 static void temperature(mvm_sampler *s, row *r, int last)
@@ -413,10 +417,7 @@ static void temperature(mvm_sampler *s, row *r, int last)
         return;
     }
     if (!(t > 0)) {
-        uint32_t at = 0;
-        for (uint32_t i = 1; i < r->m; i++)
-            at = s->key[i] > s->key[at] ? i : at;
-        s->key[0] = s->key[at], r->m = r->m ? 1 : 0;
+        s->key[0] = s->key[best_candidate(s, r->m)], r->m = r->m ? 1 : 0;
         return;
     }
     float *l = writable(s, r);
@@ -466,8 +467,7 @@ static int32_t chain(mvm_sampler *s, const float *logits, uint32_t n, const int3
                      uint32_t n_prev)
 {
     row r = {.l = logits, .n = n, .t = 1};
-    int last_temp;
-    const int n_steps = steps(&s->p, &last_temp);
+    const int n_steps = steps(&s->p);
     if (s->p.temperature == 0) { /* greedy: the penalties count, the filters do not */
         for (int i = 0; i < n_steps; i++)
             if (s->p.order[i] == MVM_SAMPLER_PENALTIES || s->p.order[i] == MVM_SAMPLER_DRY)
@@ -493,12 +493,8 @@ static int32_t chain(mvm_sampler *s, const float *logits, uint32_t n, const int3
     form(s, &r);
     if (!r.m) /* a penalty took every logit to -inf: the best before it */
         return certain(s, best, logits);
-    if (!(r.t > 0)) { /* a dynamic temperature of 0: the best left */
-        uint32_t at = 0;
-        for (uint32_t i = 1; i < r.m; i++)
-            at = s->key[i] > s->key[at] ? i : at;
-        return certain(s, (int32_t)smp_id(s->key[at]), r.l);
-    }
+    if (!(r.t > 0)) /* a dynamic temperature of 0: the best left */
+        return certain(s, (int32_t)smp_id(s->key[best_candidate(s, r.m)]), r.l);
     const float max = smp_max(s, r.l, r.m);
     return (int32_t)smp_id(s->key[smp_pick(s, r.m, smp_weights(s, r.l, r.m, max, r.t))]);
 }

@@ -115,8 +115,8 @@ double smp_temperature(mvm_sampler *s, const float *l, uint32_t m)
 }
 
 /* How many of the sorted candidates Mirostat 1 keeps: the k of a Zipf law fitted to the
- * 100 most probable (their weights' ratios), for a surprise
- * of mu over a vocabulary of n. A fit that gives no number keeps the most probable. */
+ * 100 most probable (their weights' ratios), for a surprise of mu over a vocabulary of n.
+ * A fit that gives no number keeps the most probable. */
 static uint32_t mirostat1_k(const mvm_sampler *s, uint32_t m, uint32_t n)
 {
     double tb = 0, tt = 0;

@@ -161,7 +161,7 @@ static int lone_breaker(const mvm_dry_breakers *d, int32_t t)
     return 0;
 }
 
-static void dry(mvm_sampler *s, const int32_t *prev, uint32_t n_prev, float *l, uint32_t n)
+void smp_dry(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, uint32_t n_prev)
 {
     const mvm_sampler_params *p = &s->p;
     const int w = (int)(n_prev < p->dry_last_n ? n_prev : p->dry_last_n);
@@ -201,10 +201,6 @@ void smp_penalties(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, ui
     penalties(&s->p, l, n, prev, n_prev, l, s->count);
 }
 
-void smp_dry(mvm_sampler *s, float *l, uint32_t n, const int32_t *prev, uint32_t n_prev)
-{
-    dry(s, prev, n_prev, l, n);
-}
 
 /* ---- DRY's sequence breakers, found in the vocabulary ----------------------------------- */
 
