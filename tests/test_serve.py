@@ -785,6 +785,19 @@ def sampling(s, arch):
     t = body.get("tokens", [])
     check(status == 200 and len(pairs(t)) == len(set(pairs(t))) and
           len(pairs(toks)) > len(set(pairs(toks))), f"{arch}: DRY: {t} (plain {toks})")
+    # a request that turns DRY on gets llama.cpp's breakers ("\n", ":", ...) though the server
+    # started without DRY: after "a : a : a", ":" pushed up by 50 would extend the repeat (a
+    # penalty of 100), but a breaker token is never penalised
+    toks2 = s.post("/tokenize", {"content": "a:", "with_pieces": True})[1]["tokens"]
+    colon = [t["id"] for t in toks2 if t["piece"] == ":"]
+    a_id = [t["id"] for t in toks2 if t["piece"] != ":"]
+    if colon and a_id:
+        c, a1 = colon[0], a_id[0]
+        status, body = s.post("/completion", {
+            "prompt": [a1, c, a1, c, a1], "n_predict": 1, "temperature": 0,
+            "return_tokens": True, "logit_bias": [[c, 50]], "dry_multiplier": 100,
+            "dry_allowed_length": 1, "dry_penalty_last_n": -1})
+        check(status == 200 and body["tokens"] == [c], f"{arch}: DRY's default breakers {body}")
     drawn = dict(ask, temperature=0.9, seed=11, top_n_sigma=2, typical_p=0.95,
                  xtc_probability=0.5, xtc_threshold=0.1, dynatemp_range=0.5, min_keep=2)
     for extra in ({}, {"mirostat": 1}, {"mirostat": 2, "mirostat_tau": 3}):

@@ -125,7 +125,8 @@ int mvm_cli_sampling_breakers(const char *cmd, const mvm_cli_sampling *c,
                               mvm_dry_breakers **out)
 {
     *out = NULL;
-    if (!(s->dry_multiplier > 0 && s->dry_last_n && !s->mirostat) || !c->n_breakers)
+    const int dry = s->dry_multiplier > 0 && s->dry_last_n && !s->mirostat;
+    if (!(dry || c->requests_sample) || !c->n_breakers)
         return 0;
     if (mvm_dry_breakers_create(e, c->breakers, c->n_breakers, out) != MVM_OK)
         return mvm_cli_error(cmd, "--dry-sequence-breaker");

@@ -46,6 +46,8 @@ typedef struct mvm_cli_sampling {
     const char *breakers[MVM_CLI_MAX_BREAKERS]; /* llama.cpp's defaults until one is given */
     size_t n_breakers;
     int breakers_given;
+    int requests_sample;       /* serve: a request may turn DRY on, so its breakers are made
+                               whether or not the command line does */
     int32_t think_budget;      /* --reasoning-budget: -1 none (chat and serve) */
     const char *think_message; /* --reasoning-budget-message, or NULL */
 } mvm_cli_sampling;
@@ -60,7 +62,8 @@ int mvm_cli_sampling_option(const char *cmd, int id, const char *flag, const cha
                             mvm_cli_sampling *c);
 /* c's fields into *s (the rest of *s kept); n_ctx resolves a dry_last_n of -1. */
 void mvm_cli_sampling_apply(const mvm_cli_sampling *c, uint32_t n_ctx, mvm_sampler_params *s);
-/* The breakers for s's DRY, made from e's vocabulary when DRY is on (*out NULL when not):
+/* The breakers for s's DRY, made from e's vocabulary when DRY is on or a request may turn
+ * it on (requests_sample; *out NULL when neither):
  * 0, or 1 after "moevm CMD: ..." on stderr. */
 int mvm_cli_sampling_breakers(const char *cmd, const mvm_cli_sampling *c,
                               const mvm_sampler_params *s, const mvm_engine *e,

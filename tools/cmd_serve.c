@@ -256,6 +256,7 @@ int mvm_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a death */
     a.o.p.n_seq = a.parallel;
+    a.o.sampling.requests_sample = 1; /* llama.cpp's breakers for any request's DRY */
     mvm_engine *e = NULL;
     rc = mvm_cli_engine_load("serve", &a.o, &e);
     if (!rc)
