@@ -18,11 +18,13 @@ void mvm_ld_append_types(char *buf, size_t size, unsigned set, const char *sep)
 
 mvm_status mvm_ld_fail(struct loader *ld, mvm_status s, const char *fmt, ...)
 {
+    char msg[512]; /* formatted apart: an argument may be mvm_last_error(), the buffer the
+                      message goes to */
     va_list ap;
     va_start(ap, fmt);
-    ld->st = mvm_failv(s, ld->path, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return ld->st;
+    return ld->st = mvm_fail(s, "%s: %s", ld->path, msg);
 }
 
 /* "{arch}.{suffix}" as a u32 (u32 != NULL) or an f32; absent keys leave the value alone
