@@ -139,6 +139,20 @@ expect 1 'MOEVM_KV_TYPE=bf16: not valid \(expected one of f16\|f32\|q8_0\)' -- e
 expect 1 'a q8_0 KV cache needs heads of whole blocks of 32 elements, at most 1024; this model.s are 16: use f16' -- "$moevm" run -m "$tmp/llama.gguf" -p x -n 1 --kv-type q8_0
 "$moevm" mkmodel --arch qwen3moe --rope-scaling yarn:4:64 -o "$tmp/yarn.gguf" >/dev/null
 expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$tmp/yarn.gguf" -p "x" -n 2
+# llama.cpp's RoPE options and --override-kv (tools/cli_meta.c): the plain file with the
+# options is the YaRN file, its text the same; an expert count given, and bad ones refused.
+rope=(--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 64)
+expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$m" -p "x" -n 2 "${rope[@]}"
+"$moevm" run -m "$tmp/yarn.gguf" -p "Once upon a time" -n 24 --temp 0 --ignore-eos >"$tmp/r0.out" 2>/dev/null
+"$moevm" run -m "$m" -p "Once upon a time" -n 24 --temp 0 --ignore-eos "${rope[@]}" >"$tmp/r1.out" 2>/dev/null
+check 'run with the RoPE options: the YaRN file'"'"'s text' "[ -s '$tmp/r1.out' ] && cmp -s '$tmp/r0.out' '$tmp/r1.out'" "$tmp/r0.out" "$tmp/r1.out"
+expect 0 '8 experts top-4' -- "$moevm" run -m "$m" -p "x" -n 2 --override-kv 'qwen3moe.expert_used_count=int:4,"general.name=str:a, b"'
+expect 1 "^moevm run: loading the model: .*tiny.gguf: --override-kv qwen3moe.expert_used_count: the file's value is of type u32, not float$" -- "$moevm" run -m "$m" -p x --override-kv qwen3moe.expert_used_count=float:4
+expect 1 'expert_used_count 9 is not in 1..8$' -- "$moevm" chat -m "$m" --override-kv qwen3moe.expert_used_count=int:9
+expect 2 "^moevm serve: --override-kv 'k=int:1x': the value is not a 64-bit integer" -- "$moevm" serve -m "$m" --override-kv k=int:1x
+expect 2 '^moevm perplexity: --rope-scaling ntk: expected none, linear or yarn$' -- "$moevm" perplexity -m "$m" --rope-scaling ntk
+expect 2 '^moevm run: --yarn-attn-factor: not taken' -- "$moevm" run -m "$m" -p x --yarn-attn-factor 1
+expect 2 '^moevm run: --yarn-ext-factor 2: expected a number in 0..1, or a negative one' -- "$moevm" run -m "$m" -p x --yarn-ext-factor 2
 "$moevm" mkmodel --arch deepseek2 -o "$tmp/ds.gguf" >/dev/null
 expect 0 '\(deepseek2\), 2 layers \(\+1 dense\), 8 experts top-2' -- "$moevm" run -m "$tmp/ds.gguf" -p "x" -n 4
 # DeepSeek's vocabularies (pre-tokenizers deepseek-llm and deepseek-v3) add their BOS.

@@ -47,7 +47,7 @@ int mvm_cli_choice(const char *cmd, const char *flag, const char *value,
 }
 
 /* getopt_long's val for a long option: CLI_LONG + its row; --help's is CLI_HELP. */
-enum { CLI_MAX_OPTS = 96, CLI_HELP = 255, CLI_LONG = 256 };
+enum { CLI_MAX_OPTS = 160, CLI_HELP = 255, CLI_LONG = 256 };
 
 /* getopt_long's tables from the command's: the long options, and the short ones after ':'
  * (a missing value then returns ':', told apart from an unknown option) and 'h'. Built at

@@ -20,6 +20,7 @@ void mvm_cli_engine_init(mvm_cli_engine *e)
 void mvm_cli_engine_free(mvm_cli_engine *e)
 {
     mvm_cli_grammar_free(&e->grammar);
+    mvm_cli_meta_free(&e->meta);
     mvm_dry_breakers_free(e->breakers);
     e->breakers = NULL;
 }
@@ -81,6 +82,7 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     default: {
         int r = sampling_option(it, e);
         r = r >= 0 ? r : mvm_cli_sampling_option(c, it->id, f, v, &e->sampling);
+        r = r >= 0 ? r : mvm_cli_meta_option(c, it, &e->meta);
         return r >= 0 ? r : mvm_cli_grammar_option(c, it->id, f, v, &e->grammar);
     }
     }
@@ -130,6 +132,7 @@ void mvm_cli_engine_usage(FILE *f)
             "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n"
             "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n");
     mvm_cli_grammar_usage(f);
+    mvm_cli_meta_usage(f);
 }
 
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
@@ -142,6 +145,7 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
     snprintf(label, sizeof label, "loading %s", e->p.model);
     e->p.progress = mvm_cli_progress;
     e->p.progress_ctx = label;
+    mvm_cli_meta_params(&e->meta, &e->p);
     mvm_status st = mvm_engine_load(&e->p, out);
     if (st == MVM_OK && tmpl && (st = mvm_engine_set_chat_template(*out, tmpl, len)) != MVM_OK) {
         int rc = mvm_cli_error(cmd, e->template_file);

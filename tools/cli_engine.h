@@ -11,6 +11,7 @@
 #include "moevm/engine.h"
 #include "tools/cli.h"
 #include "tools/cli_grammar.h"
+#include "tools/cli_meta.h"
 #include "tools/cli_sampling.h"
 
 enum {
@@ -39,7 +40,7 @@ enum {
     {"seed", 's', 1, MVM_CLI_E_SEED}, {"repeat-penalty", 0, 1, MVM_CLI_E_REPEAT},              \
     {"repeat-last-n", 0, 1, MVM_CLI_E_REPEAT_N}, {"ignore-eos", 0, 0, MVM_CLI_E_IGNORE_EOS},  \
     {"chat-template-file", 0, 1, MVM_CLI_E_TEMPLATE}, MVM_CLI_GRAMMAR_OPTS,                    \
-    MVM_CLI_SAMPLING_OPTS
+    MVM_CLI_SAMPLING_OPTS, MVM_CLI_META_OPTS
 
 typedef struct mvm_cli_engine {
     mvm_engine_params p;
@@ -50,6 +51,7 @@ typedef struct mvm_cli_engine {
     mvm_cli_grammar grammar;   /* --grammar, --json-schema: every reply's constraint */
     mvm_cli_sampling sampling; /* llama.cpp's other sampling options, in s once loaded */
     mvm_dry_breakers *breakers; /* DRY's, made at the load; NULL without DRY */
+    mvm_cli_meta meta;          /* --override-kv, the RoPE options: p's at the load */
 } mvm_cli_engine;
 
 /* The defaults: llama.cpp's sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,

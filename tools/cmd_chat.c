@@ -389,8 +389,10 @@ int mvm_cmd_chat(int argc, char **argv)
     struct chat c = {0};
     mvm_cli_engine_init(&c.o);
     int rc = parse_args(argc, argv, &c);
-    if (rc >= 0)
+    if (rc >= 0) {
+        mvm_cli_engine_free(&c.o);
         return rc;
+    }
     mvm_cli_catch_sigint(0); /* no SA_RESTART: Ctrl-C ends a read */
     rc = open_chat(&c);
     if (!rc) { /* statistics of a conversation, not after a failure to start one */

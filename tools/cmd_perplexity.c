@@ -47,6 +47,7 @@ static void usage(FILE *f)
             "  -t, --threads   CPU threads (default: the cores near the GPU, or all)\n"
             "  --gpu-budget, --n-cpu-moe, -ngl, --cpu-moe, --kv-type, --evict, --predict,\n"
             "  --route, --config, --assign, --cost  as `moevm run` takes them\n");
+    mvm_cli_meta_usage(f);
 }
 
 struct ppl {
@@ -79,7 +80,8 @@ static int parse_args(int argc, char **argv, struct ppl *p)
         {"config", 0, 1, MVM_CLI_E_CONFIG}, {"assign", 0, 1, MVM_CLI_E_ASSIGN},
         {"cost", 0, 1, MVM_CLI_E_COST}, {"file", 'f', 1, O_FILE},
         {"chunks", 0, 1, O_CHUNKS}, {"kl-divergence-base", 0, 1, O_KLD_BASE},
-        {"save-all-logits", 0, 1, O_KLD_BASE}, {"kl-divergence", 0, 0, O_KLD}, {0}};
+        {"save-all-logits", 0, 1, O_KLD_BASE}, {"kl-divergence", 0, 0, O_KLD},
+        MVM_CLI_META_OPTS, {0}};
     mvm_cli_iter it = {.cmd = "perplexity", .usage = usage, .opts = opts, .argc = argc,
                        .argv = argv};
     int next;
@@ -318,14 +320,17 @@ int mvm_cmd_perplexity(int argc, char **argv)
     mvm_cli_engine_init(&p.o);
     p.o.p.n_ctx = 512, p.o.p.n_batch = 2048; /* llama-perplexity's */
     int rc = parse_args(argc, argv, &p);
-    if (rc >= 0)
+    if (rc >= 0) {
+        mvm_cli_engine_free(&p.o);
         return rc;
+    }
     size_t len = 0;
     char *text = NULL;
     if (p.kld) { /* the base's chunks, at its context */
         if (mvm_kld_open(&p.base, p.base_path)) {
             mvm_cli_error("perplexity", NULL);
             mvm_kld_close(&p.base, 1);
+            mvm_cli_engine_free(&p.o);
             return 1;
         }
         p.o.p.n_ctx = p.base.n_ctx;
@@ -333,6 +338,7 @@ int mvm_cmd_perplexity(int argc, char **argv)
             fprintf(stderr, "perplexity: -f %s left unread: the base's tokens are scored\n",
                     p.file);
     } else if (!(text = mvm_cli_read_text("perplexity", p.file, &len))) {
+        mvm_cli_engine_free(&p.o);
         return 1;
     }
     shape(&p, len);
@@ -357,5 +363,6 @@ int mvm_cmd_perplexity(int argc, char **argv)
     mvm_kld_free(&p.stats);
     free(p.batch), free(p.logits), free(p.part), free(text);
     mvm_engine_free(p.e);
+    mvm_cli_engine_free(&p.o);
     return rc;
 }

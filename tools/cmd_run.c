@@ -268,7 +268,8 @@ static int load(struct session *s)
     if (rc)
         return rc;
     double t0 = mvm_now_s();
-    mvm_status st = mvm_model_open(a->model, &s->model);
+    const mvm_model_meta meta = {(const char *const *)a->meta.kv, a->meta.n_kv, &a->meta.rope};
+    mvm_status st = mvm_model_open_meta(a->model, &meta, &s->model);
     const uint8_t *held = NULL;
     if (s->dist && (rc = place(s, st, &held)))
         return rc;
@@ -498,8 +499,11 @@ int mvm_cmd_run(int argc, char **argv)
 {
     struct session s = {0};
     int rc = mvm_run_parse_args(argc, argv, &s.a);
-    if (rc >= 0)
+    if (rc >= 0) {
+        mvm_cli_meta_free(&s.a.meta);
+        mvm_cli_grammar_free(&s.a.grammar);
         return rc;
+    }
     if (mvm_dist_init(&s.dist) != MVM_OK)
         return mvm_cli_error("run", "distributed mode");
     s.server = s.dist && mvm_dist_rank(s.dist) >= s.a.homes;
@@ -533,6 +537,7 @@ int mvm_cmd_run(int argc, char **argv)
     mvm_dry_breakers_free(s.breakers);
     mvm_grammar_free(s.grammar);
     mvm_cli_grammar_free(&s.a.grammar);
+    mvm_cli_meta_free(&s.a.meta);
     mvm_engine_free(s.e); /* before the model and the pool it uses */
     mvm_model_free(s.model);
     mvm_pool_destroy(s.pool);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "tools/cli_grammar.h"
+#include "tools/cli_meta.h"
 #include "tools/cli_sampling.h"
 
 struct run_args {
@@ -26,6 +27,7 @@ struct run_args {
     int ignore_eos; /* end-of-generation tokens are never sampled */
     mvm_cli_grammar grammar; /* --grammar, --json-schema */
     mvm_cli_sampling sampling; /* --frequency-penalty, --dry-*, --mirostat, ... */
+    mvm_cli_meta meta;         /* --override-kv, --rope-scaling, ... */
 };
 
 /* Parses and checks the options (reading -f's file). -1: go on; else the exit code, after

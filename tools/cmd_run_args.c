@@ -86,6 +86,7 @@ static void usage(FILE *f)
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
             "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
     mvm_cli_grammar_usage(f);
+    mvm_cli_meta_usage(f);
     fprintf(f,
             "  -o, --output-format  text (default): the text as it is generated, and a\n"
             "                statistics line on stderr (the modules the run used); json: one\n"
@@ -136,15 +137,20 @@ static const mvm_cli_opt run_opts[] = {
     {"period", 0, 1, O_PERIOD},         {"homes", 0, 1, O_HOMES},
     {"output-format", 'o', 1, O_OUTPUT},
     {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE},
-    MVM_CLI_GRAMMAR_OPTS, MVM_CLI_SAMPLING_OPTS, {0}};
+    MVM_CLI_GRAMMAR_OPTS, MVM_CLI_SAMPLING_OPTS, MVM_CLI_META_OPTS, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
-static int parse_option(struct run_args *a, int id, const char *f, char *v)
+static int parse_option(struct run_args *a, const mvm_cli_iter *it)
 {
+    const int id = it->id;
+    const char *f = it->flag;
+    char *v = it->value;
     a->dist_flag |= id == O_PLACE || id == O_SERVER_MEM || id == O_PERIOD || id == O_HOMES;
     int g = mvm_cli_grammar_option("run", id, f, v, &a->grammar);
     if (g < 0)
         g = mvm_cli_sampling_option("run", id, f, v, &a->sampling);
+    if (g < 0)
+        g = mvm_cli_meta_option("run", it, &a->meta);
     if (g >= 0)
         return g;
     switch (id) {
@@ -254,7 +260,7 @@ int mvm_run_parse_args(int argc, char **argv, struct run_args *a)
                        .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION)
-        if (parse_option(a, it.id, it.flag, it.value))
+        if (parse_option(a, &it))
             return 2;
     return next != MVM_CLI_END ? next : check_args(a);
 }

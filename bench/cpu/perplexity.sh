@@ -15,8 +15,10 @@
 # engines compare MODEL with them (--kl-divergence):
 #   RESULT bench=cpu_kld model=.. type=.. base=q8_0 ... moevm_kld=.. llamacpp_kld=..
 #          moevm_same_top=.. llamacpp_same_top=.. moevm_tok_s=.. llamacpp_tok_s=.. ratio=..
-# usage: [TEXT=FILE] [BASE=OTHER.gguf] bash bench/cpu/perplexity.sh MODEL.gguf [ctx (512)]
-#                                      [chunks (8)] [threads (2)] [rounds (2)]
+# FLAGS: more options both engines take in llama.cpp's spelling (the RoPE options,
+# --override-kv), given to both: whether they compute the same model under them.
+# usage: [TEXT=FILE] [BASE=OTHER.gguf] [FLAGS="..."] bash bench/cpu/perplexity.sh MODEL.gguf
+#                                      [ctx (512)] [chunks (8)] [threads (2)] [rounds (2)]
 # Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,14 +32,15 @@ me=bench/cpu/perplexity.sh tool=llama-perplexity
 [ -f "$text" ] || { echo "$me: $text: no such file (set TEXT to a text file)" >&2; exit 1; }
 # shellcheck source=bench/cpu/against_llamacpp.sh
 . bench/cpu/against_llamacpp.sh
-echo "== $model: perplexity of $text, -c $ctx, $chunks chunks, $threads threads, $rounds rounds"
+echo "== $model: perplexity of $text, -c $ctx, $chunks chunks, $threads threads, $rounds rounds${FLAGS:+, $FLAGS}"
+read -r -a flags <<<"${FLAGS:-}"
 now() { date +%s.%N; }
 what=(-f "$text")
 if [ -n "${BASE:-}" ]; then
     [ -f "$BASE" ] || die "$BASE: no such file"
     echo "== against $BASE's log-probabilities (llama-perplexity --kl-divergence-base)"
     "$bin/llama-perplexity" -m "$BASE" -f "$text" -c "$ctx" --chunks "$chunks" -t "$threads" \
-        --kl-divergence-base "$tmp/base.kld" >"$tmp/base.log" 2>&1 ||
+        "${flags[@]}" --kl-divergence-base "$tmp/base.kld" >"$tmp/base.log" 2>&1 ||
         die "llama-perplexity --kl-divergence-base failed: $(tail -1 "$tmp/base.log")"
     what=(--kl-divergence-base "$tmp/base.kld" --kl-divergence)
 fi
@@ -45,11 +48,11 @@ for r in $(seq "$rounds"); do
     echo "-- round $r/$rounds" >&2
     t=$(now)
     ./build/moevm perplexity -m "$model" "${what[@]}" -c "$ctx" --chunks "$chunks" \
-        -t "$threads" >"$tmp/moevm.$r" 2>&1 || die "moevm perplexity failed: $(tail -1 "$tmp/moevm.$r")"
+        -t "$threads" "${flags[@]}" >"$tmp/moevm.$r" 2>&1 || die "moevm perplexity failed: $(tail -1 "$tmp/moevm.$r")"
     echo "moevm $(echo "$(now) - $t" | bc)" >>"$tmp/times"
     t=$(now)
     "$bin/llama-perplexity" -m "$model" "${what[@]}" -c "$ctx" --chunks "$chunks" \
-        -t "$threads" >"$tmp/llama.$r" 2>&1 || die "llama-perplexity failed: $(tail -1 "$tmp/llama.$r")"
+        -t "$threads" "${flags[@]}" >"$tmp/llama.$r" 2>&1 || die "llama-perplexity failed: $(tail -1 "$tmp/llama.$r")"
     echo "llama $(echo "$(now) - $t" | bc)" >>"$tmp/times"
 done
 python3 - "$tmp" "$model" "$ctx" "$chunks" "$threads" "${BASE:-}" <<'EOF'

@@ -119,7 +119,8 @@ static void size_context(mvm_engine *e, const mvm_engine_params *p)
 
 static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
 {
-    mvm_status st = mvm_model_open(p->model, &e->model);
+    const mvm_model_meta meta = {p->kv_overrides, p->n_kv_overrides, &p->rope};
+    mvm_status st = mvm_model_open_meta(p->model, &meta, &e->model);
     if (st == MVM_OK && p->cpu_moe)
         st = mvm_plan_cpu_moe(e->model, p->n_cpu_moe, desc);
     if (st != MVM_OK)

@@ -645,6 +645,9 @@ void mvm_gguf_close(mvm_gguf *g)
     free(g->kvs);
     free(g->tensors);
     free(g->names);
+    for (uint32_t i = 0; i < g->n_owned; i++)
+        free(g->owned[i]);
+    free(g->owned);
     free(g->key_ix.slot);
     free(g->tensor_ix.slot);
     free(g);

@@ -140,6 +140,28 @@ mvm_status mvm_gguf_arr_data(const mvm_gguf *g, uint64_t key_index,
                              enum mvm_gguf_type *elem_type, const void **data,
                              uint64_t *count);
 
+/*
+ * llama.cpp's --override-kv (engine/gguf/gguf_override.c): a scalar value that reads as the
+ * file's own, in place of it or beside the file's keys. `s` points into the parsed spec.
+ */
+#define MVM_GGUF_OVERRIDE_KEY 255 /* bytes of a key, at most */
+typedef struct mvm_gguf_override {
+    char key[MVM_GGUF_OVERRIDE_KEY + 1];
+    enum mvm_gguf_type type; /* MVM_GGUF_I64 (int), F32 (float), BOOL or STR */
+    int64_t i;
+    float f;
+    int b;
+    const char *s;
+} mvm_gguf_override;
+/* llama.cpp's KEY=TYPE:VALUE, TYPE int, float, bool (true or false) or str, into *o;
+ * MVM_ERR_INVALID with a message quoting the spec and naming its fault. */
+mvm_status mvm_gguf_override_parse(const char *spec, mvm_gguf_override *o);
+/* Puts o's value in place of g's value for o->key, or adds the key. MVM_ERR_INVALID when
+ * the file's value is an array or another kind of scalar (an integer type for int, f32 or
+ * f64 for float), naming both; MVM_ERR_NOMEM. Before anything reads g: a value read
+ * earlier stays what it was. */
+mvm_status mvm_gguf_override_apply(mvm_gguf *g, const mvm_gguf_override *o);
+
 /* Tensor i in file order (NULL when out of range). */
 const mvm_gguf_tensor *mvm_gguf_tensor_at(const mvm_gguf *g, uint64_t i);
 /* The tensor called `name`, or NULL. */

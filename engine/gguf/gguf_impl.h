@@ -46,6 +46,9 @@ struct mvm_gguf {
     tensor *tensors;
     uint64_t n_tensors, cap_tensors;
     char *names; /* the tensors' names, NUL-terminated, back to back */
+    /* The overrides' keys and values (gguf_override.c), which their kvs entries point into. */
+    uint8_t **owned;
+    uint32_t n_owned;
     name_index key_ix, tensor_ix;
     /* A split model's other parts (gguf_split.c), whose tensors follow this file's. */
     mvm_gguf **parts;

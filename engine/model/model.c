@@ -340,7 +340,8 @@ mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool
 
 /* Everything but the experts' conversion: the architecture, the hyper-parameters, every
  * tensor checked and bound, the name, and expert_bytes. On failure *out is NULL. */
-static mvm_status open_model(const char *path, struct loader *ld, mvm_model **out)
+static mvm_status open_model(const char *path, const mvm_model_meta *meta, struct loader *ld,
+                             mvm_model **out)
 {
     *out = NULL;
     mvm_model *m = calloc(1, sizeof *m);
@@ -359,14 +360,16 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
     }
     mvm_gguf_str s;
     char arch[64];
-    if (mvm_gguf_get_str(ld->g, "general.architecture", &s) != MVM_OK) {
+    if ((st = mvm_ld_meta_kv(ld, meta)) != MVM_OK) {
+    } else if (mvm_gguf_get_str(ld->g, "general.architecture", &s) != MVM_OK) {
         st = mvm_ld_fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
     } else if (mvm_gguf_str_copy(s, arch, sizeof arch) != MVM_OK ||
                !(ld->arch = m->arch = mvm_arch_find(arch))) {
         st = mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "architecture '%.*s' is not supported "
                          "(supported: %s)", (int)(s.len < 60 ? s.len : 60), s.ptr,
                          mvm_arch_names());
-    } else if (!(st = mvm_ld_hparams(ld, &m->hp)) && !(st = bind_tensors(ld, m))) {
+    } else if (!(st = mvm_ld_meta_rope(ld, meta)) && !(st = mvm_ld_hparams(ld, &m->hp)) &&
+               !(st = bind_tensors(ld, m))) {
         const char *base = strrchr(path, '/');
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
         char name[sizeof m->name];
@@ -389,13 +392,18 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
 mvm_status mvm_model_probe(const char *path, mvm_model **out)
 {
     struct loader ld = {.probe = 1};
-    return open_model(path, &ld, out);
+    return open_model(path, NULL, &ld, out);
 }
 
 mvm_status mvm_model_open(const char *path, mvm_model **out)
 {
+    return mvm_model_open_meta(path, NULL, out);
+}
+
+mvm_status mvm_model_open_meta(const char *path, const mvm_model_meta *meta, mvm_model **out)
+{
     struct loader ld = {0};
-    return open_model(path, &ld, out);
+    return open_model(path, meta, &ld, out);
 }
 
 void mvm_model_free(mvm_model *m)

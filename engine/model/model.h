@@ -11,6 +11,7 @@
 #include "engine/compute/pool.h"
 #include "engine/gguf/gguf.h"
 #include "kernels/cpu/kernels.h"
+#include "moevm/engine.h"
 #include "moevm/moevm.h"
 #include "policy/policy.h"
 #include "vmm/options.h"
@@ -152,6 +153,16 @@ typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
  * mvm_model_load_experts fills it. Non-expert weights stay in the read-only file mapping.
  */
 mvm_status mvm_model_open(const char *path, mvm_model **out);
+/* What a user puts in place of the file's metadata before it is read: llama.cpp's
+ * --override-kv specs, then its RoPE options (engine.h), which win where both name a key. */
+typedef struct mvm_model_meta {
+    const char *const *kv;
+    uint32_t n_kv;
+    const mvm_rope_params *rope; /* may be NULL */
+} mvm_model_meta;
+/* mvm_model_open with `meta` (NULL: the file as it is); an override that does not parse or
+ * does not fit the file's value fails the open with a message naming it. */
+mvm_status mvm_model_open_meta(const char *path, const mvm_model_meta *meta, mvm_model **out);
 /* Whether the CPU's tiled experts (kernels/cpu/kernels.h) may be used: auto (where only the
  * CPU reads the experts) or off. Joins the engine's options table. */
 extern const mvm_option_desc mvm_opt_expert_tiles;

@@ -77,8 +77,14 @@ static mvm_status read_rope(struct loader *ld, const mvm_arch *arch, mvm_hparams
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "YaRN parameters out of range: "
                            "original_context_length %u, yarn_beta_fast %g, yarn_beta_slow %g, "
                            "yarn_ext_factor %g", orig_ctx, beta_fast, beta_slow, ext);
-    if (yarn)
+    if (yarn) {
         mvm_k_rope_yarn(r, factor, orig_ctx, beta_fast, beta_slow, ext, attn * yarn_attn);
+        /* the context the extension reaches, as llama.cpp re-adjusts n_ctx_train for a
+         * YaRN factor of the user's: what the warnings and defaults measure against */
+        const double reach = (double)orig_ctx * factor;
+        if (reach > hp->n_ctx_train)
+            hp->n_ctx_train = reach < (1u << 24) ? (uint32_t)reach : 1u << 24;
+    }
     if (arch->deepseek) {
         /* llama.cpp's deepseek2 (and Hugging Face's DeepseekV2Attention): the rotation keeps
          * its length and the scores take YaRN's magnitude squared instead, from

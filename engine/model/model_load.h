@@ -44,6 +44,10 @@ const float *mvm_ld_table(struct loader *ld, const char *name, uint32_t n, uint3
 mvm_status mvm_ld_mat(struct loader *ld, const char *name, uint32_t cols, uint32_t rows,
                       mvm_weight *w);
 
+/* The user's metadata (model_meta.c): the --override-kv specs, before the architecture is
+ * read; the RoPE options as the architecture's keys, after. */
+mvm_status mvm_ld_meta_kv(struct loader *ld, const mvm_model_meta *meta);
+mvm_status mvm_ld_meta_rope(struct loader *ld, const mvm_model_meta *meta);
 /* Every hyper-parameter the architecture has (model_hparams.c). */
 mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp);
 /* Block blk's norms and attention (model_block.c); deepseek2's latent attention alone

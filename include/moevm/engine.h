@@ -35,6 +35,22 @@ extern "C" {
 
 typedef struct mvm_engine mvm_engine;
 
+/* llama.cpp's rotary-embedding options (--rope-scaling, --rope-scale, --rope-freq-base,
+ * --yarn-*), each in place of the file's value, as its context parameters are: what stretches
+ * a model's context past the length it was trained at (Qwen3's 32K to 128K with YaRN and 4).
+ * A field left 0 (NULL) keeps the file's. */
+typedef struct mvm_rope_params {
+    const char *scaling;    /* "none", "linear" or "yarn" */
+    float scale;            /* the context's extension factor (--rope-scale N; --rope-freq-scale F
+                               is 1/F) */
+    float freq_base;        /* --rope-freq-base */
+    uint32_t yarn_orig_ctx; /* the context the model was trained at (else the file's
+                               original_context_length, else context_length) */
+    float yarn_beta_fast, yarn_beta_slow;
+    int yarn_ext_set;       /* yarn_ext_factor given (its 0 is full interpolation) */
+    float yarn_ext_factor;
+} mvm_rope_params;
+
 typedef struct mvm_engine_params {
     const char *model;      /* the GGUF file (the first of a split model) */
     uint32_t threads;       /* CPU threads; 0: MOEVM_THREADS, else the cores near the GPU */
@@ -70,6 +86,11 @@ typedef struct mvm_engine_params {
     const uint64_t *hot_counts;
     uint32_t hot_layers, hot_experts;
     uint64_t hot_tokens;
+    /* llama.cpp's --override-kv: "KEY=TYPE:VALUE" (TYPE int, float, bool or str), each a
+     * metadata value read in place of the file's (or added), in order; NULL: none */
+    const char *const *kv_overrides;
+    uint32_t n_kv_overrides;
+    mvm_rope_params rope;   /* after kv_overrides: they win over an override of the same key */
 } mvm_engine_params;
 
 /* Loads the model, makes its expert space and the inference context. MVM_ERR_INVALID for a
