@@ -153,6 +153,36 @@ expect 2 "^moevm serve: --override-kv 'k=int:1x': the value is not a 64-bit inte
 expect 2 '^moevm perplexity: --rope-scaling ntk: expected none, linear or yarn$' -- "$moevm" perplexity -m "$m" --rope-scaling ntk
 expect 2 '^moevm run: --yarn-attn-factor: not taken' -- "$moevm" run -m "$m" -p x --yarn-attn-factor 1
 expect 2 '^moevm run: --yarn-ext-factor 2: expected a number in 0..1, or a negative one' -- "$moevm" run -m "$m" -p x --yarn-ext-factor 2
+# llama.cpp's other flags (tools/cli_llama.c; tests/test_cli_llama.c has them all): a
+# llama-server command line pasted whole runs, with a note for each flag moevm has no use
+# for; one asking for what moevm does not have stops with the moevm way to say it
+expect 0 "moevm serve: --jinja: llama.cpp's, accepted and ignored: moevm always renders" -- "$moevm" serve -m "$m" --jinja -cb --metrics -fa on -ub 512 -tb 2 --no-webui --numa distribute --help
+expect 2 "^moevm chat: -md: llama.cpp's, not taken: moevm has no speculative decoding$" -- "$moevm" chat -m "$m" -md draft.gguf
+expect 2 "^moevm run: unknown option --metrics" -- "$moevm" run -m "$m" -p x --metrics
+# llama.cpp's escapes in run's prompt (and -f's text), unless --no-escape
+expect 0 '"prompt":.*"a\\nb\\\\q"' -- "$moevm" run -m "$m" -p 'a\nb\q' -n 1 -o json
+expect 0 '"prompt":.*"a\\\\nb"' -- "$moevm" run -m "$m" -p 'a\nb' -n 1 -o json --no-escape
+# run -r (llama-completion's reverse prompt outside a conversation): the text stops where
+# it ends in the string, here the last three bytes of the first 6 tokens' text
+"$moevm" run -m "$m" -p "Once" -n 6 --temp 0 --ignore-eos -o json >"$tmp/r6.json" 2>/dev/null
+"$moevm" run -m "$m" -p "Once" -n 40 --temp 0 --ignore-eos -o json >"$tmp/r40.json" 2>/dev/null
+rev=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["text"][-3:], end="")' "$tmp/r6.json")
+"$moevm" run -m "$m" -p "Once" -n 40 --temp 0 --ignore-eos -o json --no-escape -r "$rev" >"$tmp/rr.json" 2>/dev/null
+check_py 'run -r: stopped at the reverse prompt' "$tmp/rr.json" '
+import json, sys
+r, six, whole = json.load(sys.stdin), json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rev = six["text"][-3:]
+assert r["stop"] == "reverse_prompt" and whole["text"].startswith(r["text"]), r
+assert len(r["text"]) <= len(six["text"]) and rev in r["text"][-5:], (r["text"], six["text"])' "$tmp/r6.json" "$tmp/r40.json"
+expect 2 '^moevm run: -r: an empty reverse prompt$' -- "$moevm" run -m "$m" -p x -r ''
+# chat: llama-cli's -sys, the template's variables and source
+printf 'Hi\n' | "$moevm" chat -m "$m" -n 2 -sys 'Be brief.' --reasoning off --verbose-prompt >/dev/null 2>"$tmp/t0.err"
+check 'chat -sys --reasoning off: the system message, thinking off' "grep -q '^Be brief\.<|im_end|>' '$tmp/t0.err' && grep -q '^</think>' '$tmp/t0.err'" "$tmp/t0.err"
+printf 'Hi\n' | "$moevm" chat -m "$m" -n 2 --chat-template '[{{ messages[0].content }}]' --verbose-prompt >/dev/null 2>"$tmp/t1.err"
+check 'chat --chat-template SOURCE: that template' "grep -q '^prompt: \[Hi\]' '$tmp/t1.err'" "$tmp/t1.err"
+expect 2 "^moevm chat: --chat-template llama3: one of llama.cpp's built-in formats" -- "$moevm" chat -m "$m" --chat-template llama3
+expect 2 '^moevm serve: --reasoning maybe: expected on, off or auto$' -- "$moevm" serve -m "$m" --reasoning maybe
+expect 2 '^moevm serve: --chat-template-kwargs: expected a JSON object' -- "$moevm" serve -m "$m" --chat-template-kwargs '[1]'
 "$moevm" mkmodel --arch deepseek2 -o "$tmp/ds.gguf" >/dev/null
 expect 0 '\(deepseek2\), 2 layers \(\+1 dense\), 8 experts top-2' -- "$moevm" run -m "$tmp/ds.gguf" -p "x" -n 4
 # DeepSeek's vocabularies (pre-tokenizers deepseek-llm and deepseek-v3) add their BOS.
@@ -727,7 +757,7 @@ expect 2 'unknown option --tempo' -- "$moevm" run -m "$m" --tempo 1
 # command's table): a missing value, an unknown flag (also a switch at the end of the line,
 # and a prefix of a name), --help after a value, a switch among valued options, --flag=value,
 # a switch given a value, a stray argument, "--" ending the options.
-expect 2 'run: unknown option --verbose \(see --help\)' -- "$moevm" run -m "$m" -p x --verbose
+expect 2 'run: unknown option --frobnicate \(see --help\)' -- "$moevm" run -m "$m" -p x --frobnicate
 expect 2 'run: unknown option --tem \(see --help\)' -- "$moevm" run -m "$m" -p x --tem 0
 expect 2 'run: --trace-hidden takes no value \(see --help\)' -- "$moevm" run -m "$m" -p x --trace-out "$tmp/x.jsonl" --trace-hidden=1
 expect 2 "run: unexpected argument 'stray' \\(see --help\\)" -- "$moevm" run -m "$m" stray -p x

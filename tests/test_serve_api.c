@@ -158,6 +158,30 @@ static void test_content_parts(const serve_api *a)
     free(prompt), serve_req_release(r), free(error), free(body);
 }
 
+/* The command line's template variables (--reasoning off, --chat-template-kwargs) reach
+ * every chat's render, and a request's chat_template_kwargs win over them. */
+static void test_default_kwargs(const serve_api *api)
+{
+    serve_api a = *api;
+    cJSON *kw = cJSON_Parse("{\"enable_thinking\": false}");
+    a.default_kwargs = kw;
+    const char *plain = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
+               *on = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                     "\"chat_template_kwargs\": {\"enable_thinking\": true}}";
+    char bad[256] = "";
+    cJSON *b1 = cJSON_Parse(plain), *b2 = cJSON_Parse(on), *b3 = cJSON_Parse(plain);
+    char *off_text = serve_api_chat_text(&a, b1, bad, sizeof bad);
+    char *on_text = serve_api_chat_text(&a, b2, bad, sizeof bad);
+    char *model_text = serve_api_chat_text(api, b3, bad, sizeof bad);
+    /* Qwen3's template writes an empty reasoning block where thinking is off */
+    CHECK(off_text && strstr(off_text, "<think>\n\n</think>"));
+    CHECK(on_text && model_text && !strcmp(on_text, model_text) &&
+          !strstr(on_text, "</think>"));
+    CHECK(cJSON_GetArraySize(kw) == 1); /* the command line's own are left as they were */
+    free(off_text), free(on_text), free(model_text);
+    cJSON_Delete(b1), cJSON_Delete(b2), cJSON_Delete(b3), cJSON_Delete(kw);
+}
+
 /* A reply's bytes in the response: invalid UTF-8 and NUL bytes (a byte token <0x00>) each
  * become U+FFFD, and nothing after them is lost. */
 static void test_reply_bytes(const serve_api *a)
@@ -544,6 +568,7 @@ int main(int argc, char **argv)
     }
 
     test_content_parts(&a);
+    test_default_kwargs(&a);
     test_reply_bytes(&a);
     test_prompt_shapes(argv[1], argv[2]);
     test_several_prompts(&a);

@@ -1,5 +1,6 @@
 /* Helpers shared by the subcommands (cli.h). */
 #include "tools/cli.h"
+#include "tools/cli_llama.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -131,52 +132,38 @@ static int cli_end(mvm_cli_iter *it)
     return MVM_CLI_BAD;
 }
 
-/* MVM_CLI_LLAMA_OPTS (cli.h): the spellings of each flag, the values it takes (NULL: any, or
- * none), and refuse: 0, accepted with the note said once a process; 1, refused with it. */
-static const char *const on_off_auto[] = {"on", "off", "auto", NULL};
-static const struct {
-    const char *names[4];
-    const char *const *values;
-    int refuse;
-    const char *say;
-} llama_flags[] = {
-    {{"-fa", "flash-attn"}, on_off_auto, 0,
-     "moevm picks its attention kernels itself (MOEVM_ATTN_MMA)"},
-    {{"no-mmap"}, NULL, 0, "moevm copies the weights out of the file; nothing stays mapped"},
-    {{"mlock"}, NULL, 0, "the experts' homes are pinned (locked) host memory already"},
-    {{"-ot", "override-tensor"}, NULL, 1, "moevm places the weights itself: attention and the "
-     "dense weights on the GPU, the experts by a byte budget (--cpu-moe: every expert on the "
-     "CPU; --n-cpu-moe N; --gpu-budget)"},
-    {{"-ts", "tensor-split", "-sm", "split-mode"}, NULL, 1, "moevm computes on one GPU a "
-     "process (MOEVM_DEVICE); mpirun spreads the experts over several (docs/distributed.md)"},
-    {{"-mg", "main-gpu"}, NULL, 1, "the GPU is chosen with MOEVM_DEVICE=N"},
-};
-
-/* The llama.cpp flag it->flag: MVM_CLI_OPTION to go on, after its note; MVM_CLI_BAD. */
-static int llama_flag(const mvm_cli_iter *it)
+/* Whether the command's table has a row for the option typed[0..len): "--name", or a lone
+ * "-x" of its letters (one-dash names are one_dash_alias's). */
+static int has_row(const mvm_cli_iter *it, const char *typed, size_t len)
 {
-    static unsigned said;
-    const char *typed = it->flag + (it->flag[1] == '-' ? 2 : 0);
-    for (unsigned i = 0; i < sizeof llama_flags / sizeof *llama_flags; i++)
-        for (int n = 0; n < 4 && llama_flags[i].names[n]; n++) {
-            if (strcmp(typed, llama_flags[i].names[n]))
-                continue;
-            int choice;
-            if (llama_flags[i].refuse) {
-                fprintf(stderr, "moevm %s: %s: llama.cpp's, not taken: %s\n", it->cmd,
-                        it->flag, llama_flags[i].say);
-                return MVM_CLI_BAD;
-            }
-            if (llama_flags[i].values &&
-                mvm_cli_choice(it->cmd, it->flag, it->value, llama_flags[i].values, &choice))
-                return MVM_CLI_BAD;
-            if (!(said & 1u << i))
-                fprintf(stderr, "moevm %s: %s: llama.cpp's, accepted and ignored: %s\n",
-                        it->cmd, it->flag, llama_flags[i].say);
-            said |= 1u << i;
-            return MVM_CLI_OPTION;
-        }
-    return cli_fail(it, "unknown option ", "");
+    for (const mvm_cli_opt *o = it->opts; o && (o->name || o->letter); o++) {
+        if (typed[1] == '-' && o->name && o->name[0] != '-' && strlen(o->name) == len - 2 &&
+            !strncmp(o->name, typed + 2, len - 2))
+            return 1;
+        if (typed[1] != '-' && len == 2 && o->letter == typed[1])
+            return 1;
+    }
+    return 0;
+}
+
+/* An element that is one of llama.cpp's flags (cli_llama.h), in a command that takes them
+ * and has no row of its own for it, is handed to getopt_long as one of MVM_CLI_LLAMA_OPTS's
+ * rows (with its "=value"), from alias_buf, so that getopt reads its value as any other's;
+ * 1 when element k was so replaced (the caller puts it back). */
+static int llama_alias(mvm_cli_iter *it, int k)
+{
+    const char *a = it->argv[k];
+    const size_t len = strcspn(a, "=");
+    int takes = 0;
+    for (const mvm_cli_opt *o = it->opts; o && (o->name || o->letter); o++)
+        takes |= o->id == MVM_CLI_LLAMA;
+    if (!takes || has_row(it, a, len) || strlen(a) + 12 > sizeof it->alias_buf ||
+        !(it->llama = mvm_cli_llama_find(it->cmd, a, len)))
+        return 0;
+    snprintf(it->alias_buf, sizeof it->alias_buf, "--%s%s",
+             it->llama->value ? "\x01llama-v" : "\x01llama-f", a + len);
+    it->argv[k] = it->alias_buf;
+    return 1;
 }
 
 int mvm_cli_next(mvm_cli_iter *it)
@@ -194,7 +181,7 @@ int mvm_cli_next(mvm_cli_iter *it)
     }
     int k = next_element(it);
     char *typed = k >= 0 ? it->argv[k] : NULL;
-    int alias = k >= 0 && one_dash_alias(it, k);
+    int alias = k >= 0 && (one_dash_alias(it, k) || llama_alias(it, k));
     int r = getopt_long(it->argc, it->argv, shorts, lo, NULL);
     if (alias)
         it->argv[k] = typed;
@@ -227,7 +214,8 @@ int mvm_cli_next(mvm_cli_iter *it)
             row = i;
     it->id = it->opts[row].id;
     if (it->id == MVM_CLI_LLAMA)
-        return llama_flag(it) == MVM_CLI_OPTION ? mvm_cli_next(it) : MVM_CLI_BAD;
+        return mvm_cli_llama_apply(it->cmd, it->llama, it->flag, it->value) ? MVM_CLI_BAD
+                                                                            : mvm_cli_next(it);
     return MVM_CLI_OPTION;
 }
 
@@ -352,6 +340,34 @@ void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer)
         fprintf(stderr, "moevm %s: %s: the experts of all %u MoE layers stay on the CPU, so no "
                 "expert budget: the CPU computes every expert, reading it in host memory, and a "
                 "GPU (where one computes) the rest\n", cmd, flag, n_layer);
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+void mvm_cli_unescape(char *s)
+{
+    char *o = s;
+    for (const char *i = s; *i; i++) {
+        if (*i != '\\' || !i[1]) {
+            *o++ = *i;
+            continue;
+        }
+        const char c = *++i;
+        const int hi = c == 'x' ? hex_digit(i[1]) : -1, lo = hi >= 0 ? hex_digit(i[2]) : -1;
+        if (c == 'n' || c == 'r' || c == 't')
+            *o++ = c == 'n' ? '\n' : c == 'r' ? '\r' : '\t';
+        else if (c == '\'' || c == '"' || c == '\\')
+            *o++ = c;
+        else if (lo >= 0 && (hi || lo))
+            *o++ = (char)(hi * 16 + lo), i += 2;
+        else
+            *o++ = '\\', *o++ = c;
+    }
+    *o = '\0';
 }
 
 volatile sig_atomic_t mvm_cli_interrupted;

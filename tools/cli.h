@@ -84,6 +84,7 @@ typedef struct mvm_cli_iter {
     int started;
     char flag_buf[64];
     char alias_buf[256];
+    const struct mvm_cli_llama_flag *llama; /* the llama.cpp flag being read (cli_llama.h) */
 } mvm_cli_iter;
 
 /* What mvm_cli_next found. HELP and BAD are the command's exit codes, and END is the
@@ -129,18 +130,14 @@ int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value
     {"n-cpu-moe", 0, 1, cpu_moe}, {"-ncmoe", 0, 1, cpu_moe}, {"cpu-moe", 0, 0, cpu_moe},      \
     {"-cmoe", 0, 0, cpu_moe}, {"-ctk", 0, 1, kv}, {"cache-type-k", 0, 1, kv},                 \
     {"-ctv", 0, 1, kv}, {"cache-type-v", 0, 1, kv}, MVM_CLI_LLAMA_OPTS
-/* llama.cpp's other flags that its users bring along, spelled alike in every command that
- * loads a model (cli.c's llama_flags says what each becomes): the ones moevm has no use for
- * accepted with a note, the ones it cannot honour refused with the moevm way to say it.
- * Without rows of their own, getopt would read "-fa on" as -f a and "-ot x=CPU" as -o t. */
+/* llama.cpp's other flags that its users bring along, in every command that loads a model:
+ * with these rows in its table, a flag the table has no row for is looked up among
+ * llama.cpp's (tools/cli_llama.c), accepted with a note or refused with the moevm way to say
+ * it, and never reaches the command. (The rows stand for them all: one for the flags that
+ * take a value, one for the others.) */
 #define MVM_CLI_LLAMA (1 << 20) /* their id, which mvm_cli_next handles itself */
 #define MVM_CLI_LLAMA_OPTS                                                                    \
-    {"-fa", 0, 1, MVM_CLI_LLAMA}, {"flash-attn", 0, 1, MVM_CLI_LLAMA},                        \
-    {"no-mmap", 0, 0, MVM_CLI_LLAMA}, {"mlock", 0, 0, MVM_CLI_LLAMA},                         \
-    {"-ot", 0, 1, MVM_CLI_LLAMA}, {"override-tensor", 0, 1, MVM_CLI_LLAMA},                   \
-    {"-ts", 0, 1, MVM_CLI_LLAMA}, {"tensor-split", 0, 1, MVM_CLI_LLAMA},                      \
-    {"-sm", 0, 1, MVM_CLI_LLAMA}, {"split-mode", 0, 1, MVM_CLI_LLAMA},                        \
-    {"-mg", 0, 1, MVM_CLI_LLAMA}, {"main-gpu", 0, 1, MVM_CLI_LLAMA}
+    {"\x01llama-v", 0, 1, MVM_CLI_LLAMA}, {"\x01llama-f", 0, 0, MVM_CLI_LLAMA}
 /* -ngl / --n-gpu-layers N of llama.cpp, accepted with any value: moevm places experts by a
  * byte budget, and attention and dense weights always go to the GPU when there is one. The
  * first call says so on stderr, once per process. */
@@ -161,6 +158,12 @@ int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, mvm_model *m, mvm_space
 /* When --n-cpu-moe N keeps the experts of every one of n_layer MoE layers on the CPU, one
  * line on stderr saying what that means: the CPU computes every expert, a GPU the rest. */
 void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer);
+
+/* llama.cpp's escapes (common.cpp's string_process_escapes, which its tools apply to -p, -f's
+ * text and --dry-sequence-breaker unless --no-escape): \n, \r, \t, \', \", \\ and \xHH
+ * become their characters in place; any other backslash stays, with what follows it.
+ * \x00 stays as typed: a C string cannot hold the NUL it stands for. */
+void mvm_cli_unescape(char *s);
 
 /* Ctrl-C for the commands it stops rather than ends (run, chat): set by SIGINT once
  * mvm_cli_catch_sigint has run; the command clears it when it has stopped. */

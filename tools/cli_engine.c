@@ -21,6 +21,7 @@ void mvm_cli_engine_free(mvm_cli_engine *e)
 {
     mvm_cli_grammar_free(&e->grammar);
     mvm_cli_meta_free(&e->meta);
+    mvm_cli_template_free(&e->tmpl);
     mvm_dry_breakers_free(e->breakers);
     e->breakers = NULL;
 }
@@ -78,11 +79,11 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     case MVM_CLI_E_CONFIG: return mvm_cli_module(c, f, v, &p->config);
     case MVM_CLI_E_ASSIGN: return mvm_cli_module(c, f, v, &p->assign);
     case MVM_CLI_E_COST: p->cost = v; return 0;
-    case MVM_CLI_E_TEMPLATE: e->template_file = v; return 0;
     default: {
         int r = sampling_option(it, e);
         r = r >= 0 ? r : mvm_cli_sampling_option(c, it->id, f, v, &e->sampling);
         r = r >= 0 ? r : mvm_cli_meta_option(c, it, &e->meta);
+        r = r >= 0 ? r : mvm_cli_template_option(c, it, &e->tmpl);
         return r >= 0 ? r : mvm_cli_grammar_option(c, it->id, f, v, &e->grammar);
     }
     }
@@ -90,6 +91,7 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
 
 int mvm_cli_engine_check(const char *cmd, mvm_cli_engine *e)
 {
+    mvm_cli_sampling_escape(&e->sampling);
     if (mvm_cli_need_model(cmd, e->p.model) ||
         mvm_cli_budget_or_cpu_moe(cmd, e->p.gpu_budget != NULL, e->p.cpu_moe) ||
         mvm_cli_grammar_load(cmd, &e->grammar))
@@ -114,8 +116,8 @@ void mvm_cli_engine_usage(FILE *f)
             "  -ngl, --n-gpu-layers N  llama.cpp's, accepted with any value and ignored:\n"
             "                  attention and the dense weights always go to the GPU when\n"
             "                  there is one\n"
-            "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (README.md lists\n"
-            "                  llama.cpp's other flags, taken and ignored or refused)\n"
+            "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (docs/llama-flags.md\n"
+            "                  lists llama.cpp's other flags, taken and ignored or refused)\n"
             "  --kv-type, -ctk, -ctv  the KV cache's elements: f16 (default MOEVM_KV_TYPE),\n"
             "                  f32, or q8_0 (the CPU backend's)\n"
             "  --evict, --predict, --route, --config, --assign  NAME[{k=v,...}]: the policy\n"
@@ -129,8 +131,8 @@ void mvm_cli_engine_usage(FILE *f)
             "  -s, --seed N    the sampler's random stream (default 42)\n");
     mvm_cli_sampling_usage(f);
     fprintf(f,
-            "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n"
-            "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n");
+            "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n");
+    mvm_cli_template_usage(f);
     mvm_cli_grammar_usage(f);
     mvm_cli_meta_usage(f);
 }
@@ -138,8 +140,8 @@ void mvm_cli_engine_usage(FILE *f)
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
 {
     size_t len = 0;
-    char *tmpl = e->template_file ? mvm_cli_read_text(cmd, e->template_file, &len) : NULL;
-    if (e->template_file && !tmpl)
+    char *tmpl = NULL;
+    if (mvm_cli_template_text(cmd, &e->tmpl, &tmpl, &len))
         return 2;
     char label[600];
     snprintf(label, sizeof label, "loading %s", e->p.model);
@@ -148,7 +150,7 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
     mvm_cli_meta_params(&e->meta, &e->p);
     mvm_status st = mvm_engine_load(&e->p, out);
     if (st == MVM_OK && tmpl && (st = mvm_engine_set_chat_template(*out, tmpl, len)) != MVM_OK) {
-        int rc = mvm_cli_error(cmd, e->template_file);
+        int rc = mvm_cli_error(cmd, e->tmpl.file ? e->tmpl.file : "--chat-template");
         mvm_engine_free(*out);
         *out = NULL;
         free(tmpl);

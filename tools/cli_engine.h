@@ -12,6 +12,7 @@
 #include "tools/cli.h"
 #include "tools/cli_grammar.h"
 #include "tools/cli_meta.h"
+#include "tools/cli_template.h"
 #include "tools/cli_sampling.h"
 
 enum {
@@ -20,7 +21,7 @@ enum {
     MVM_CLI_E_ROUTE, MVM_CLI_E_CONFIG, MVM_CLI_E_ASSIGN, MVM_CLI_E_COST,
     MVM_CLI_E_NPREDICT, MVM_CLI_E_TEMP, MVM_CLI_E_TOPK, MVM_CLI_E_TOPP, MVM_CLI_E_MINP,
     MVM_CLI_E_SEED, MVM_CLI_E_REPEAT, MVM_CLI_E_REPEAT_N, MVM_CLI_E_IGNORE_EOS,
-    MVM_CLI_E_CPU_MOE, MVM_CLI_E_TEMPLATE, MVM_CLI_E_LAST
+    MVM_CLI_E_CPU_MOE, MVM_CLI_E_LAST
 };
 
 /* The rows, for a command's mvm_cli_opt table. */
@@ -39,15 +40,14 @@ enum {
     {"top-p", 0, 1, MVM_CLI_E_TOPP}, {"min-p", 0, 1, MVM_CLI_E_MINP},                           \
     {"seed", 's', 1, MVM_CLI_E_SEED}, {"repeat-penalty", 0, 1, MVM_CLI_E_REPEAT},              \
     {"repeat-last-n", 0, 1, MVM_CLI_E_REPEAT_N}, {"ignore-eos", 0, 0, MVM_CLI_E_IGNORE_EOS},  \
-    {"chat-template-file", 0, 1, MVM_CLI_E_TEMPLATE}, MVM_CLI_GRAMMAR_OPTS,                    \
-    MVM_CLI_SAMPLING_OPTS, MVM_CLI_META_OPTS
+    MVM_CLI_TEMPLATE_OPTS, MVM_CLI_GRAMMAR_OPTS, MVM_CLI_SAMPLING_OPTS, MVM_CLI_META_OPTS
 
 typedef struct mvm_cli_engine {
     mvm_engine_params p;
     mvm_sampler_params s;
     int32_t n_predict; /* tokens a reply may take; -1: until it ends or the context is full */
     int ignore_eos;    /* end-of-generation tokens are never sampled */
-    const char *template_file; /* a Jinja chat template in place of the model's, or NULL */
+    mvm_cli_template tmpl;     /* the chat template in place of the model's, its variables */
     mvm_cli_grammar grammar;   /* --grammar, --json-schema: every reply's constraint */
     mvm_cli_sampling sampling; /* llama.cpp's other sampling options, in s once loaded */
     mvm_dry_breakers *breakers; /* DRY's, made at the load; NULL without DRY */
@@ -67,11 +67,10 @@ int mvm_cli_engine_check(const char *cmd, mvm_cli_engine *e);
 /* The rows' help lines. */
 void mvm_cli_engine_usage(FILE *f);
 /* Loads e->p's model with a progress line, and says on stderr what was loaded; with
- * e->template_file, that chat template in place of the model's (the file read first, so a
- * missing one fails before the load); the sampling options then complete e->s (the
- * context known), and DRY's breakers are made (e->breakers: mvm_cli_engine_free). 0; or,
- * after "moevm <cmd>: ...", 2 for a template file that cannot be read, 1 for any other
- * failure (*out then NULL). */
+ * e->tmpl's template, that one in place of the model's (a file read first, so a missing one
+ * fails before the load); the sampling options then complete e->s (the context known), and
+ * DRY's breakers are made (e->breakers: mvm_cli_engine_free). 0; or, after "moevm <cmd>:
+ * ...", 2 for a template that cannot be read, 1 for any other failure (*out then NULL). */
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out);
 /* The tokens a[0..na) and b[0..nb) share at their start. */
 uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb);

@@ -34,7 +34,7 @@ void mvm_cli_sampling_init(mvm_cli_sampling *c)
     *c = (mvm_cli_sampling){
         .s = {.dry_base = 1.75f, .dry_allowed_length = 2, .dynatemp_exponent = 1,
               .mirostat_tau = 5, .mirostat_eta = 0.1f, .xtc_threshold = 0.1f},
-        .dry_last_n = 64, .n_breakers = 4, .think_budget = -1};
+        .dry_last_n = 64, .n_breakers = 4, .think_budget = -1, .escape = 1};
     memcpy(c->breakers, default_breakers, sizeof default_breakers);
 }
 
@@ -83,6 +83,8 @@ int mvm_cli_sampling_option(const char *cmd, int id, const char *f, const char *
     case MVM_CLI_S_DRY_ALLOWED: return mvm_cli_u32(cmd, f, v, 0, 1u << 24, &s->dry_allowed_length);
     case MVM_CLI_S_DRY_LAST_N: return count_or_none(cmd, f, v, &c->dry_last_n);
     case MVM_CLI_S_DRY_BREAKER: return breaker(cmd, f, v ? v : "", c);
+    case MVM_CLI_S_ESCAPE: c->escape = 1; return 0;
+    case MVM_CLI_S_NO_ESCAPE: c->escape = 0; return 0;
     case MVM_CLI_S_SIGMA: return mvm_cli_float(cmd, f, v, -big, big, &s->top_n_sigma);
     case MVM_CLI_S_TYPICAL: return mvm_cli_float(cmd, f, v, 0, 1, &s->typical_p);
     case MVM_CLI_S_XTC_P: return mvm_cli_float(cmd, f, v, 0, 1, &s->xtc_probability);
@@ -120,6 +122,12 @@ void mvm_cli_sampling_apply(const mvm_cli_sampling *c, uint32_t n_ctx, mvm_sampl
     memcpy(s->order, o->order, sizeof s->order);
 }
 
+void mvm_cli_sampling_escape(mvm_cli_sampling *c)
+{
+    for (size_t i = 0; c->escape && c->breakers_given && i < c->n_breakers; i++)
+        mvm_cli_unescape((char *)c->breakers[i]); /* argv's, which may be written */
+}
+
 int mvm_cli_sampling_breakers(const char *cmd, const mvm_cli_sampling *c,
                               const mvm_sampler_params *s, const mvm_engine *e,
                               mvm_dry_breakers **out)
@@ -142,7 +150,7 @@ void mvm_cli_sampling_usage(FILE *f)
             "                  tokens loses M * --dry-base (1.75) ^ (N - --dry-allowed-length\n"
             "                  (2)), over the last --dry-penalty-last-n (64; -1: the context)\n"
             "  --dry-sequence-breaker S  a repetition stops at S (repeatable; replaces the\n"
-            "                  defaults \\n : \" *; none: no breaker)\n"
+            "                  defaults \\n : \" *; none: no breaker; \\n is a newline)\n"
             "  --top-nsigma N  the logits within N standard deviations of the top (-1: off)\n"
             "  --typical P     locally typical sampling (1: off)\n"
             "  --xtc-probability P, --xtc-threshold T  XTC: with chance P, the tokens above T\n"
@@ -156,5 +164,7 @@ void mvm_cli_sampling_usage(FILE *f)
             "                  temperature); --sampling-seq: their letters (edskypmxt)\n"
             "  --reasoning-budget N  chat, serve: a reply's reasoning ends after N tokens (0:\n"
             "                  at once; -1, the default: no budget), with\n"
-            "                  --reasoning-budget-message TEXT before its end mark\n");
+            "                  --reasoning-budget-message TEXT before its end mark\n"
+            "  -e, --escape, --no-escape  llama.cpp's escapes (\\n \\t \\\\ \\xHH ...) read in\n"
+            "                  run's prompt and the sequence breakers (default: on)\n");
 }

@@ -18,7 +18,8 @@ enum {
     MVM_CLI_S_DRY_ALLOWED, MVM_CLI_S_DRY_LAST_N, MVM_CLI_S_DRY_BREAKER, MVM_CLI_S_SIGMA,
     MVM_CLI_S_TYPICAL, MVM_CLI_S_XTC_P, MVM_CLI_S_XTC_T, MVM_CLI_S_DYNATEMP,
     MVM_CLI_S_DYNATEMP_EXP, MVM_CLI_S_MIROSTAT, MVM_CLI_S_MIROSTAT_LR, MVM_CLI_S_MIROSTAT_ENT,
-    MVM_CLI_S_SAMPLERS, MVM_CLI_S_SEQ, MVM_CLI_S_THINK, MVM_CLI_S_THINK_MSG,
+    MVM_CLI_S_SAMPLERS, MVM_CLI_S_SEQ, MVM_CLI_S_THINK, MVM_CLI_S_THINK_MSG, MVM_CLI_S_ESCAPE,
+    MVM_CLI_S_NO_ESCAPE,
 };
 
 #define MVM_CLI_SAMPLING_OPTS                                                                   \
@@ -35,7 +36,13 @@ enum {
     {"mirostat-ent", 0, 1, MVM_CLI_S_MIROSTAT_ENT}, {"samplers", 0, 1, MVM_CLI_S_SAMPLERS},     \
     {"sampling-seq", 0, 1, MVM_CLI_S_SEQ}, {"sampler-seq", 0, 1, MVM_CLI_S_SEQ},               \
     {"reasoning-budget", 0, 1, MVM_CLI_S_THINK},                                                \
-    {"reasoning-budget-message", 0, 1, MVM_CLI_S_THINK_MSG}
+    {"reasoning-budget-message", 0, 1, MVM_CLI_S_THINK_MSG}, MVM_CLI_ESCAPE_OPTS
+
+/* llama.cpp's -e / --escape (its default) and --no-escape (mvm_cli_unescape): also in
+ * `perplexity`'s table, for its text. */
+#define MVM_CLI_ESCAPE_OPTS                                                                     \
+    {NULL, 'e', 0, MVM_CLI_S_ESCAPE}, {"escape", 0, 0, MVM_CLI_S_ESCAPE},                       \
+    {"no-escape", 0, 0, MVM_CLI_S_NO_ESCAPE}
 
 #define MVM_CLI_MAX_BREAKERS 16
 
@@ -50,6 +57,8 @@ typedef struct mvm_cli_sampling {
                                whether or not the command line does */
     int32_t think_budget;      /* --reasoning-budget: -1 none (chat and serve) */
     const char *think_message; /* --reasoning-budget-message, or NULL */
+    int escape;                /* llama.cpp's escapes in the breakers given (and run's prompt):
+                                  1 unless --no-escape */
 } mvm_cli_sampling;
 
 /* llama.cpp's defaults: every step off, DRY's base 1.75, allowed length 2, the last 64
@@ -60,6 +69,9 @@ void mvm_cli_sampling_init(mvm_cli_sampling *c);
  * "none": none). */
 int mvm_cli_sampling_option(const char *cmd, int id, const char *flag, const char *value,
                             mvm_cli_sampling *c);
+/* After the last option: the breakers given, unescaped as llama.cpp's are (in place: they
+ * are the command line's) unless --no-escape. */
+void mvm_cli_sampling_escape(mvm_cli_sampling *c);
 /* c's fields into *s (the rest of *s kept); n_ctx resolves a dry_last_n of -1. */
 void mvm_cli_sampling_apply(const mvm_cli_sampling *c, uint32_t n_ctx, mvm_sampler_params *s);
 /* The breakers for s's DRY, made from e's vocabulary when DRY is on or a request may turn

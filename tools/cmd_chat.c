@@ -23,16 +23,18 @@
 #include "tools/cli_engine.h"
 #include "tools/cli_think.h"
 
-enum { O_SYSTEM = 1, O_VERBOSE };
+enum { O_SYSTEM = 1, O_SYSTEM_FILE, O_VERBOSE };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: moevm chat -m MODEL.gguf [--system TEXT] [options]\n"
+    fprintf(f, "usage: moevm chat -m MODEL.gguf [--system TEXT | -sysf FILE] [options]\n"
                "A conversation in the model's own chat template (tokenizer.chat_template;\n"
                "ChatML when the model has none). Each line of input is a turn; /reset forgets\n"
                "the conversation, /exit or end of input ends it. Ctrl-C stops a reply (or\n"
                "drops a message still being read) and returns to the prompt.\n"
-               "  --system TEXT   the system message\n"
+               "  --system, -sys, --system-prompt TEXT  the system message\n"
+               "  -sysf, --system-prompt-file FILE  the system message from a file (less\n"
+               "                  one final newline, as llama.cpp's)\n"
                "  --verbose-prompt  each turn's rendered prompt on stderr\n");
     mvm_cli_engine_usage(f);
 }
@@ -40,6 +42,8 @@ static void usage(FILE *f)
 struct chat {
     mvm_cli_engine o;
     const char *system;
+    char *system_text;          /* -sysf's, which system points to */
+    char *kwargs;               /* the template's variables (--chat-template-kwargs ...) */
     int verbose;
     mvm_engine *e;
     mvm_sampler *sampler;
@@ -58,10 +62,27 @@ struct chat {
     size_t shown_reasoning, shown_content; /* bytes of each printed */
 };
 
+/* -sysf FILE: its text, less one final newline (llama.cpp's); 0, or 2 after a line. */
+static int system_file(struct chat *c, const char *path)
+{
+    size_t len;
+    free(c->system_text);
+    if (!(c->system_text = mvm_cli_read_text("chat", path, &len)))
+        return 2;
+    if (len && c->system_text[len - 1] == '\n')
+        c->system_text[len - 1] = '\0';
+    c->system = c->system_text;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct chat *c)
 {
     static const mvm_cli_opt opts[] = {MVM_CLI_ENGINE_OPTS,
                                        {"system", 0, 1, O_SYSTEM},
+                                       {"system-prompt", 0, 1, O_SYSTEM},
+                                       {"-sys", 0, 1, O_SYSTEM},
+                                       {"system-prompt-file", 0, 1, O_SYSTEM_FILE},
+                                       {"-sysf", 0, 1, O_SYSTEM_FILE},
                                        {"verbose-prompt", 0, 0, O_VERBOSE},
                                        {0}};
     mvm_cli_iter it = {.cmd = "chat", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
@@ -70,6 +91,8 @@ static int parse_args(int argc, char **argv, struct chat *c)
         int bad = mvm_cli_engine_option(&it, &c->o);
         if (bad < 0 && it.id == O_SYSTEM)
             c->system = it.value, bad = 0;
+        else if (bad < 0 && it.id == O_SYSTEM_FILE)
+            bad = system_file(c, it.value);
         else if (bad < 0 && it.id == O_VERBOSE)
             c->verbose = 1, bad = 0;
         if (bad)
@@ -106,7 +129,7 @@ static void add_message(struct chat *c, const char *role, const char *content)
 static int render(struct chat *c, size_t *n)
 {
     char *json = cJSON_PrintUnformatted(c->messages), *text = NULL;
-    mvm_status st = mvm_engine_chat_format(c->e, json, NULL, 1, &text);
+    mvm_status st = mvm_engine_chat_format(c->e, json, c->kwargs, 1, &text);
     free(json);
     if (st != MVM_OK)
         return mvm_cli_error("chat", "chat template");
@@ -367,7 +390,7 @@ static int open_chat(struct chat *c)
         return rc;
     mvm_engine_info in;
     mvm_engine_get_info(c->e, &in);
-    if (!in.chat_template && !c->o.template_file)
+    if (!in.chat_template && !c->o.tmpl.file && !c->o.tmpl.source)
         fprintf(stderr, "moevm chat: note: the model has no chat template "
                 "(tokenizer.chat_template): using ChatML\n");
     c->read = (mvm_chat_reply_opts){
@@ -376,7 +399,9 @@ static int open_chat(struct chat *c)
     if (mvm_sampler_create(&c->o.s, in.n_vocab, &c->sampler) != MVM_OK)
         return mvm_cli_error("chat", "sampler");
     mvm_sampler_set_dry_breakers(c->sampler, c->o.breakers);
-    if (!(c->logits = malloc(in.n_vocab * sizeof *c->logits)) ||
+    c->kwargs = mvm_cli_template_kwargs(&c->o.tmpl);
+    if ((c->o.tmpl.kwargs && c->o.tmpl.kwargs->child && !c->kwargs) ||
+        !(c->logits = malloc(in.n_vocab * sizeof *c->logits)) ||
         !(c->cached = malloc(in.n_ctx * sizeof *c->cached)) || reset(c)) {
         fprintf(stderr, "moevm chat: out of memory\n");
         return 1;
@@ -391,6 +416,7 @@ int mvm_cmd_chat(int argc, char **argv)
     int rc = parse_args(argc, argv, &c);
     if (rc >= 0) {
         mvm_cli_engine_free(&c.o);
+        free(c.system_text);
         return rc;
     }
     mvm_cli_catch_sigint(0); /* no SA_RESTART: Ctrl-C ends a read */
@@ -403,6 +429,6 @@ int mvm_cmd_chat(int argc, char **argv)
     mvm_engine_free(c.e);
     mvm_cli_engine_free(&c.o);
     cJSON_Delete(c.messages);
-    free(c.cached), free(c.prompt), free(c.logits);
+    free(c.cached), free(c.prompt), free(c.logits), free(c.system_text), free(c.kwargs);
     return rc;
 }

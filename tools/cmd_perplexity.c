@@ -35,7 +35,9 @@ static void usage(FILE *f)
             "The model's perplexity on a text, as llama.cpp's llama-perplexity computes it:\n"
             "chunks of -c tokens, each scored on its second half.\n"
             "  -m, --model     the GGUF model (required)\n"
-            "  -f, --file      the text ('-': standard input; wiki.test.raw is the usual)\n"
+            "  -f, --file      the text ('-': standard input; wiki.test.raw is the usual),\n"
+            "                  as llama.cpp reads it: less one final newline, its escapes\n"
+            "                  (\\n, \\t, \\\\...) read unless --no-escape\n"
             "  -c, --ctx-size  tokens a chunk (default 512)\n"
             "  -b, --batch-size  tokens a forward pass (default 2048): -b / -c chunks at a\n"
             "                  time, each in its own sequence; below -c, a chunk in passes\n"
@@ -81,7 +83,7 @@ static int parse_args(int argc, char **argv, struct ppl *p)
         {"cost", 0, 1, MVM_CLI_E_COST}, {"file", 'f', 1, O_FILE},
         {"chunks", 0, 1, O_CHUNKS}, {"kl-divergence-base", 0, 1, O_KLD_BASE},
         {"save-all-logits", 0, 1, O_KLD_BASE}, {"kl-divergence", 0, 0, O_KLD},
-        MVM_CLI_META_OPTS, {0}};
+        MVM_CLI_META_OPTS, MVM_CLI_ESCAPE_OPTS, {0}};
     mvm_cli_iter it = {.cmd = "perplexity", .usage = usage, .opts = opts, .argc = argc,
                        .argv = argv};
     int next;
@@ -340,6 +342,13 @@ int mvm_cmd_perplexity(int argc, char **argv)
     } else if (!(text = mvm_cli_read_text("perplexity", p.file, &len))) {
         mvm_cli_engine_free(&p.o);
         return 1;
+    } else { /* as llama.cpp reads -f: one final newline dropped, the escapes read */
+        if (len && text[len - 1] == '\n')
+            text[--len] = '\0';
+        if (p.o.sampling.escape) {
+            mvm_cli_unescape(text);
+            len = strlen(text);
+        }
     }
     shape(&p, len);
     uint32_t n_chunk = 0;

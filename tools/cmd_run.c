@@ -61,16 +61,40 @@ struct session {
     double t_prefill, t_decode;
     float *logits;
     struct text_out out;
+    int generating, reversed;    /* the prompt is written; -r ended the text */
+    char tail[2 * MVM_RUN_MAX_REVERSE_LEN]; /* the generated text's last tail_n bytes */
+    size_t tail_n;
 };
 
+/* -r: whether the generated text ends in one of the reverse prompts, or in one and at most
+ * two bytes more (llama.cpp's allowance outside a conversation, where a token may carry
+ * the prompt and a character after it). */
+static int reverse_hit(const struct session *s)
+{
+    for (uint32_t i = 0; i < s->a.n_reverse; i++) {
+        const char *r = s->a.reverse[i];
+        const size_t len = strlen(r), from = s->tail_n > len + 2 ? s->tail_n - len - 2 : 0;
+        for (size_t at = from; at + len <= s->tail_n; at++)
+            if (!memcmp(s->tail + at, r, len))
+                return 1;
+    }
+    return 0;
+}
+
 /* Token id's piece (its id without a vocabulary): on stdout as it comes, or kept for the
- * JSON report. */
+ * JSON report; and the generated text's last bytes, for -r. */
 static void emit_piece(struct session *s, int32_t id)
 {
     char buf[256];
     size_t n = mvm_engine_has_vocab(s->e) ? mvm_engine_token_piece(s->e, id, buf, sizeof buf)
                                           : (size_t)snprintf(buf, sizeof buf, " %d", id);
     n = n < sizeof buf ? n : sizeof buf;
+    if (s->generating) {
+        const size_t keep = sizeof s->tail - n < s->tail_n ? sizeof s->tail - n : s->tail_n;
+        memmove(s->tail, s->tail + s->tail_n - keep, keep);
+        memcpy(s->tail + keep, buf, n);
+        s->tail_n = keep + n;
+    }
     struct text_out *o = &s->out;
     if (!s->a.json) {
         fwrite(buf, 1, n, stdout);
@@ -417,7 +441,8 @@ static int report(const struct session *s)
                         .generated = s->prompt + s->n_prompt, .n_prompt = s->n_prompt,
                         .n_prefilled = s->prefilled, .n_generated = s->generated,
                         .n_predict = a->n_predict, .t_prefill = s->t_prefill,
-                        .t_decode = s->t_decode, .interrupted = mvm_cli_interrupted};
+                        .t_decode = s->t_decode, .interrupted = mvm_cli_interrupted,
+                        .reversed = s->reversed};
     if (!a->json) {
         printf("\n");
         fflush(stdout); /* the text before the statistics on a terminal showing both */
@@ -464,6 +489,7 @@ static int generate(struct session *s)
     for (uint32_t i = 0; i < s->n_prompt; i++)
         emit_piece(s, s->prompt[i]);
     s->out.prompt_len = s->out.n;
+    s->generating = 1;
     fflush(stdout);
     if ((rc = prefill(s)))
         return rc;
@@ -490,6 +516,8 @@ static int generate(struct session *s)
             return mvm_cli_error("run", "decode");
         mvm_logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
         s->prompt[s->n_prompt + s->generated++] = next;
+        if (a->n_reverse && (s->reversed = reverse_hit(s)))
+            break;
     }
     s->t_decode = mvm_now_s() - t0;
     return report(s);

@@ -10,6 +10,9 @@
 #include "tools/cli_meta.h"
 #include "tools/cli_sampling.h"
 
+#define MVM_RUN_MAX_REVERSE 16      /* -r's, each at most */
+#define MVM_RUN_MAX_REVERSE_LEN 256 /* bytes */
+
 struct run_args {
     const char *model, *prompt, *file, *tokens, *trace_out, *logits_out, *budget;
     /* the modules, "name" or "name{k=v,...}"; NULL: their MOEVM_* options */
@@ -28,6 +31,8 @@ struct run_args {
     mvm_cli_grammar grammar; /* --grammar, --json-schema */
     mvm_cli_sampling sampling; /* --frequency-penalty, --dry-*, --mirostat, ... */
     mvm_cli_meta meta;         /* --override-kv, --rope-scaling, ... */
+    const char *reverse[MVM_RUN_MAX_REVERSE]; /* -r's: the text stops where it ends in one */
+    uint32_t n_reverse;
 };
 
 /* Parses and checks the options (reading -f's file). -1: go on; else the exit code, after

@@ -28,13 +28,16 @@ static void usage(FILE *f)
             "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
             "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS] [--homes N]\n"
             "  -m, --model   the GGUF model (or its first split part)\n"
-            "  -p, --prompt  the prompt\n"
+            "  -p, --prompt  the prompt (\\n, \\t... are read as llama.cpp reads them; -f's\n"
+            "                text too; --no-escape: as typed)\n"
             "  -f, --file    the prompt from a file ('-': standard input), less one final\n"
             "                newline (as llama.cpp's -f)\n"
             "  --tokens      the prompt as token ids (a model without a vocabulary prints ids)\n"
             "  -n, --n-predict  tokens to generate (default 64); stops early at end-of-text\n"
             "  --ignore-eos  never sample an end-of-generation token: always -n tokens (or\n"
             "                until a grammar is finished)\n"
+            "  -r, --reverse-prompt S  stop once the text ends in S, within two bytes\n"
+            "                (llama.cpp's, outside a conversation; repeatable)\n"
             "  -t, --threads threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --top-k, --top-p, --min-p  the sampling filters (0, 1 and 0 are off; min-p\n"
@@ -59,9 +62,8 @@ static void usage(FILE *f)
             "                the CPU, the rest on a GPU where there is one\n"
             "  -ngl, --n-gpu-layers  llama.cpp's, accepted with any value and ignored:\n"
             "                attention and dense weights always go to the GPU when there is one\n"
-            "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (README.md lists\n"
-            "                llama.cpp's other flags: -fa, --no-mmap, --mlock taken and ignored;\n"
-            "                -ot, -ts, -sm, -mg refused, saying what to use)\n"
+            "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (docs/llama-flags.md\n"
+            "                lists llama.cpp's other flags, taken and ignored or refused)\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
             "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
             "  --predict     the predict module whose forecast of the next layer's experts\n"
@@ -113,7 +115,7 @@ enum {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_CTX, O_BATCH, O_KV_TYPE, O_BUDGET,
     O_CPU_MOE, O_NGL, O_EVICT, O_PREDICT, O_PREDICTOR, O_ROUTE, O_CONFIG, O_ASSIGN, O_COST,
     O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD, O_OUTPUT,
-    O_IGNORE_EOS, O_HOT_PROFILE, O_HOMES
+    O_IGNORE_EOS, O_HOT_PROFILE, O_HOMES, O_REVERSE
 };
 
 /* The options, llama.cpp's spellings among them where they mean the same. */
@@ -137,6 +139,7 @@ static const mvm_cli_opt run_opts[] = {
     {"period", 0, 1, O_PERIOD},         {"homes", 0, 1, O_HOMES},
     {"output-format", 'o', 1, O_OUTPUT},
     {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE},
+    {"reverse-prompt", 'r', 1, O_REVERSE},
     MVM_CLI_GRAMMAR_OPTS, MVM_CLI_SAMPLING_OPTS, MVM_CLI_META_OPTS, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
@@ -161,6 +164,16 @@ static int parse_option(struct run_args *a, const mvm_cli_iter *it)
     case O_TRACE_OUT: a->trace_out = v; return 0;
     case O_TRACE_HIDDEN: a->trace_hidden = 1; return 0;
     case O_IGNORE_EOS: a->ignore_eos = 1; return 0;
+    case O_REVERSE:
+        if (!*v || strlen(v) > MVM_RUN_MAX_REVERSE_LEN || a->n_reverse == MVM_RUN_MAX_REVERSE) {
+            fprintf(stderr, "moevm run: %s: %s\n", f,
+                    !*v ? "an empty reverse prompt"
+                    : a->n_reverse == MVM_RUN_MAX_REVERSE ? "at most 16 reverse prompts"
+                                                         : "a reverse prompt of 256 bytes at most");
+            return 2;
+        }
+        a->reverse[a->n_reverse++] = v;
+        return 0;
     case O_LOGITS_OUT: a->logits_out = v; return 0;
     case O_BUDGET: a->budget = v; return 0;
     case O_NGL: mvm_cli_gpu_layers("run", f); return 0;
@@ -247,7 +260,14 @@ static int check_args(struct run_args *a)
                 "moevm serve)\n");
         return 2;
     }
-    return a->file && read_prompt(a) ? 1 : -1;
+    if (a->file && read_prompt(a))
+        return 1;
+    mvm_cli_sampling_escape(&a->sampling);
+    if (a->prompt && a->sampling.escape) /* llama.cpp's, -f's text too */
+        mvm_cli_unescape((char *)a->prompt);
+    for (uint32_t i = 0; a->sampling.escape && i < a->n_reverse; i++)
+        mvm_cli_unescape((char *)a->reverse[i]); /* argv's */
+    return -1;
 }
 
 int mvm_run_parse_args(int argc, char **argv, struct run_args *a)

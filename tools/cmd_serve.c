@@ -17,7 +17,7 @@
 #include "tools/serve_api.h"
 
 enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE, O_API_KEY, O_API_KEY_FILE,
-       O_REASONING };
+       O_REASONING, O_TIMEOUT };
 
 static void usage(FILE *f)
 {
@@ -31,6 +31,8 @@ static void usage(FILE *f)
                "  -np, --parallel N  requests served at once, each with its own KV cache of\n"
                "                  -c positions (default 4)\n"
                "  --queue N       requests that may wait for a slot before 503 (default 64)\n"
+               "  -to, --timeout N  seconds a connection may stay idle before it is closed\n"
+               "                  (default 600, llama-server's; 0: never)\n"
                "  --alias NAME    the model's id in the API (default: its general.name)\n"
                "  --api-key KEY[,KEY...]  every route but /health wants one of these, as\n"
                "                  'Authorization: Bearer KEY' (default: none asked for)\n"
@@ -47,7 +49,7 @@ static void usage(FILE *f)
 struct serve_args {
     mvm_cli_engine o;
     const char *host, *alias;
-    uint32_t port, parallel, queue;
+    uint32_t port, parallel, queue, timeout;
     char *keys[MAX_KEYS];     /* --api-key's and --api-key-file's, each malloc'd */
     uint32_t n_keys;
     int reasoning_none;       /* --reasoning-format none */
@@ -116,6 +118,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                                        {"-np", 0, 1, O_PARALLEL},
                                        {"alias", 0, 1, O_ALIAS},
                                        {"queue", 0, 1, O_QUEUE},
+                                       {"timeout", 0, 1, O_TIMEOUT},
+                                       {"-to", 0, 1, O_TIMEOUT},
                                        {"api-key", 0, 1, O_API_KEY},
                                        {"api-key-file", 0, 1, O_API_KEY_FILE},
                                        {"reasoning-format", 0, 1, O_REASONING},
@@ -153,6 +157,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             bad = mvm_cli_u32("serve", it.flag, it.value, 1, 256, &a->parallel);
             break;
         case O_QUEUE: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 16, &a->queue); break;
+        case O_TIMEOUT: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 24, &a->timeout); break;
         case O_API_KEY: bad = add_keys(a, it.flag, it.value, 0); break;
         case O_API_KEY_FILE: bad = add_keys(a, it.flag, it.value, 1); break;
         case O_REASONING:
@@ -215,8 +220,9 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
                            .default_breakers = a->o.breakers,
                            .default_think_budget = a->o.sampling.think_budget,
                            .default_think_message = a->o.sampling.think_message,
+                           .default_kwargs = a->o.tmpl.kwargs,
                            .reasoning_none = a->reasoning_none};
-    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, &api, &port);
+    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, a->timeout, &api, &port);
     pthread_t t;
     int rc = !http || pthread_create(&t, NULL, engine_thread, s) != 0;
     if (!rc) {
@@ -239,7 +245,8 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
 
 int mvm_cmd_serve(int argc, char **argv)
 {
-    struct serve_args a = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue = 64};
+    struct serve_args a = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue = 64,
+                           .timeout = 600};
     mvm_cli_engine_init(&a.o);
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) {

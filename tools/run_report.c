@@ -227,6 +227,7 @@ int mvm_run_report_json(const mvm_run_report *r, FILE *out)
         cJSON_AddNumberToObject(o, "n_predict", r->n_predict);
         cJSON_AddBoolToObject(o, "interrupted", r->interrupted);
         cJSON_AddStringToObject(o, "stop", r->interrupted ? "interrupted"
+                                : r->reversed ? "reverse_prompt"
                                 : r->n_generated < r->n_predict ? "eog"
                                 : "n_predict");
         cJSON *ids = cJSON_AddArrayToObject(o, "tokens");

@@ -30,6 +30,7 @@ typedef struct mvm_run_report {
                                     stopped the prompt */
     double t_prefill, t_decode;  /* seconds */
     int interrupted;             /* Ctrl-C stopped the prompt or the generation */
+    int reversed;                /* a reverse prompt (-r) ended the text */
 } mvm_run_report;
 
 /* The statistics line, and under mpirun the distributed mode's, on stderr. */

@@ -182,7 +182,16 @@ char *serve_api_chat_text(const serve_api *a, cJSON *body, char *bad, size_t cap
         snprintf(bad, cap, "'chat_template_kwargs' must be an object");
         return NULL;
     }
-    cJSON *vars = cJSON_IsObject(kw) ? cJSON_Duplicate(kw, 1) : cJSON_CreateObject();
+    cJSON *vars = a->default_kwargs ? cJSON_Duplicate(a->default_kwargs, 1)
+                                    : cJSON_CreateObject();
+    for (const cJSON *k = cJSON_IsObject(kw) ? kw->child : NULL; vars && k; k = k->next) {
+        cJSON *copy = cJSON_Duplicate(k, 1); /* the request's over the command line's */
+        cJSON_DeleteItemFromObjectCaseSensitive(vars, k->string);
+        if (!copy || !cJSON_AddItemToObject(vars, k->string, copy)) {
+            cJSON_Delete(copy);
+            cJSON_Delete(vars), vars = NULL;
+        }
+    }
     if (!vars || serve_tools_template_vars(body, vars) ||
         reasoning_effort(body, vars, bad, cap)) {
         cJSON_Delete(vars);

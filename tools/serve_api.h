@@ -30,6 +30,9 @@ typedef struct serve_api {
     int32_t default_think_budget;     /* --reasoning-budget: -1 none */
     const char *default_think_message; /* --reasoning-budget-message, or NULL */
     int reasoning_none;          /* --reasoning-format none: a chat's reasoning stays content */
+    const cJSON *default_kwargs; /* the template's variables of the command line (its
+                                    --chat-template-kwargs, --reasoning...), under a chat
+                                    request's chat_template_kwargs; NULL: none */
 } serve_api;
 
 /* A request of the given kind read from body[0..len), tokenized; NULL with the HTTP

@@ -593,7 +593,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
-serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
+serve_http *serve_http_start(serve *s, const char *host, uint16_t port, unsigned timeout_s,
                              const struct serve_api *api, uint16_t *bound)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -612,7 +612,7 @@ serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
     struct MHD_Daemon *d = h->d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, port, NULL, NULL,
         handle, h, MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+        (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "moevm serve: cannot listen on %s:%u (in use, or not allowed)\n", host,
                 port);
