@@ -990,6 +990,124 @@ def stop_strings(s, arch, reply):
           body["choices"][0]["finish_reason"] == "stop", f"{arch}: stop {stop!r}: {text!r}")
 
 
+def anthropic_events(s, body):
+    """A /v1/messages stream's (event, data) pairs, each data's type its event's."""
+    c = s.conn()
+    c.request("POST", "/v1/messages", body=json.dumps(dict(body, stream=True)),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    events, name = [], None
+    for line in r:
+        line = line.decode().rstrip("\n")
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            check(data["type"] == name, f"anthropic: event {name} holds {data}")
+            events.append((name, data))
+    c.close()
+    return r.status, events
+
+
+def anthropic_blocks(events):
+    """The message a stream's events build, as Anthropic's SDK builds it."""
+    blocks = []
+    for name, d in events:
+        if name == "content_block_start":
+            check(d["index"] == len(blocks), f"anthropic: block {d} after {len(blocks)}")
+            blocks.append(dict(d["content_block"]))
+        elif name == "content_block_delta":
+            b, delta = blocks[d["index"]], d["delta"]
+            key = {"text_delta": "text", "thinking_delta": "thinking",
+                   "input_json_delta": "partial"}[delta["type"]]
+            b[key] = b.get(key, "") + delta[key if key != "partial" else "partial_json"]
+    for b in blocks:
+        if "partial" in b:
+            b["input"] = json.loads(b.pop("partial"))
+    return blocks
+
+
+ANTHROPIC_TOOLS = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+                    "input_schema": t["function"]["parameters"]} for t in TOOLS]
+
+
+def anthropic(s, arch):
+    """Anthropic's Messages API: the same reply as the chat's, whole and streamed, in its
+    blocks; its tools and tool_choice; token counting; its errors."""
+    ask = {"model": "any", "max_tokens": 12, "temperature": 0, "system": "Be brief.",
+           "messages": [{"role": "user", "content": "Tell me about the sea."}]}
+    status, msg = s.post("/v1/messages", ask)
+    status2, chat = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    cm, finish = chat["choices"][0]["message"], chat["choices"][0]["finish_reason"]
+    blocks = {b["type"]: b for b in msg.get("content", [])}
+    check(status == status2 == 200 and msg["type"] == "message" and msg["role"] == "assistant"
+          and blocks.get("text", {}).get("text", "") == (cm["content"] or "") and
+          blocks.get("thinking", {}).get("thinking", "") == cm.get("reasoning_content", "") and
+          msg["stop_reason"] == {"length": "max_tokens", "stop": "end_turn"}[finish] and
+          msg["usage"]["output_tokens"] == chat["usage"]["completion_tokens"] and
+          msg["usage"]["input_tokens"] + msg["usage"]["cache_read_input_tokens"] ==
+          chat["usage"]["prompt_tokens"], f"{arch}: /v1/messages as the chat: {msg} {chat}")
+    status, events = anthropic_events(s, ask)
+    names = [n for n, _ in events]
+    check(status == 200 and names[0] == "message_start" and names[-1] == "message_stop" and
+          names[-2] == "message_delta" and anthropic_blocks(events) == msg["content"] and
+          events[-2][1]["delta"]["stop_reason"] == msg["stop_reason"],
+          f"{arch}: /v1/messages streamed as whole: {events} {msg}")
+    status, n = s.post("/v1/messages/count_tokens", ask)
+    check(status == 200 and n == {"input_tokens": chat["usage"]["prompt_tokens"]},
+          f"{arch}: count_tokens: {n} {chat['usage']}")
+    if arch in ("qwen3moe", "glm4moe"):  # templates writing an empty block without thinking
+        status, off = s.post("/v1/messages/count_tokens",
+                             dict(ask, thinking={"type": "disabled"}))
+        check(status == 200 and off["input_tokens"] != n["input_tokens"],
+              f"{arch}: thinking disabled: {off} {n}")
+    # a history with a call and its result; a call forced by tool_choice
+    history = ask["messages"] + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                           "name": "get_weather",
+                                           "input": {"city": "Oslo", "days": 2}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "sunny"}]}]}]
+    if arch in TOOL_TEMPLATES:  # (Mixtral's template wants user and assistant in turn)
+        status, n2 = s.post("/v1/messages/count_tokens", dict(ask, messages=history,
+                                                              tools=ANTHROPIC_TOOLS))
+        check(status == 200 and n2["input_tokens"] > n["input_tokens"],
+              f"{arch}: a history with a tool call: {status} {n2}")
+    if arch in FORCIBLE:
+        drawn = dict(ask, temperature=1.0, top_k=0, top_p=1.0, max_tokens=300,
+                     tools=ANTHROPIC_TOOLS, tool_choice={"type": "tool", "name": "search"})
+        if arch in THINKING:
+            drawn["thinking"] = {"type": "enabled", "budget_tokens": 4}
+        status, msg = s.post("/v1/messages", drawn)
+        uses = [b for b in msg.get("content", []) if b["type"] == "tool_use"]
+        check(status == 200 and msg["stop_reason"] == "tool_use" and uses and
+              all(u["name"] == "search" and set(u["input"]) == {"q"} for u in uses),
+              f"{arch}: tool_choice names a tool: {status} {msg}")
+        status, events = anthropic_events(s, drawn)
+        same_ids = [dict(b, id=b["id"].replace(events[0][1]["message"]["id"][4:], msg["id"][4:]))
+                    if b["type"] == "tool_use" else b for b in anthropic_blocks(events)]
+        check(status == 200 and same_ids == msg["content"],
+              f"{arch}: the call streamed as whole: {events} {msg}")
+        status, one = s.post("/v1/messages", dict(drawn, tool_choice={
+            "type": "tool", "name": "search", "disable_parallel_tool_use": True}))
+        check(status == 200 and
+              len([b for b in one["content"] if b["type"] == "tool_use"]) == 1,
+              f"{arch}: disable_parallel_tool_use: one call: {one}")
+    for bad, why in (({"messages": []}, "'messages' must be a non-empty array"),
+                     ({"messages": [{"role": "user", "content": [
+                         {"type": "image", "source": {"type": "url", "url": "x"}}]}]},
+                      "a 'image' block"),
+                     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+                      "'tools'[0]"),
+                     ({"tool_choice": {"type": "sometimes"}}, "'tool_choice' must be"),
+                     ({"thinking": {"type": "maybe"}}, "'thinking' must be"),
+                     ({"max_tokens": "many"}, "max_tokens")):
+        status, body = s.post("/v1/messages", dict(ask, **bad))
+        check(status == 400 and body["type"] == "error" and
+              body["error"]["type"] == "invalid_request_error" and
+              why in body["error"]["message"], f"{arch}: {bad} refused: {status} {body}")
+
+
 def openai_client(s, arch):
     try:
         import openai
@@ -1154,6 +1272,7 @@ def main():
             disconnect(s, arch)
             half_close(s, arch)
             stop_strings(s, arch, reply)
+            anthropic(s, arch)
             openai_client(s, arch)
             m = s.metrics()
             check(m["moevm_requests_total"] > 10 and m["moevm_expert_accesses_total"] > 0,

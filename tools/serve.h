@@ -53,6 +53,8 @@ enum serve_kind { SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA, SERVE_INFILL };
 typedef struct serve_req {
     /* set by the connection before submitting; read-only after */
     enum serve_kind kind;
+    int anthropic;            /* SERVE_CHAT read from Anthropic's Messages API: answered in its
+                                 shape (serve_anthropic.c) */
     int stream;               /* server-sent events */
     int32_t *prompt;
     uint32_t n_prompt;

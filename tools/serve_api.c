@@ -19,7 +19,7 @@
 
 /* message on one line: a control character in it (a field's name or value it quotes) as
  * an escape, \n or \x01, so that a client's log shows it and the line stays one. */
-static char *one_line(const char *message)
+char *serve_api_one_line(const char *message)
 {
     size_t n = 0;
     for (const char *p = message; *p; p++)
@@ -42,7 +42,7 @@ static char *one_line(const char *message)
 char *serve_api_error(const char *message, const char *type)
 {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
-    char *line = one_line(message);
+    char *line = serve_api_one_line(message);
     cJSON_AddStringToObject(err, "message", line ? line : "out of memory");
     free(line);
     cJSON_AddStringToObject(err, "type", type);

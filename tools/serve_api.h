@@ -130,6 +130,9 @@ const char *serve_tools_finish(const char *finish, int calls);
 cJSON *serve_tools_delta(const serve_req *r, const char *text, size_t n, int final,
                          serve_sent *sent);
 
+/* message on one line (malloc'd): a control character in it (a field's name or value it
+ * quotes) as an escape, \n or \x01, so that a client's log shows it and the line stays one. */
+char *serve_api_one_line(const char *message);
 /* {"error": {"message", "type", "param", "code"}} (malloc'd); type "invalid_request_error",
  * "not_found_error", "server_error", ... */
 char *serve_api_error(const char *message, const char *type);

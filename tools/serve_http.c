@@ -29,6 +29,7 @@
 
 #include "tools/cli.h"
 #include "tools/serve.h"
+#include "tools/serve_anthropic.h"
 #include "tools/serve_api.h"
 
 #define MAX_BODY (8u << 20)
@@ -53,6 +54,7 @@ struct stream {
     uint32_t sent_tokens; /* of r->gen, those already in events */
     int started, ended;
     serve_sent parts;  /* a chat read into its parts (r->parse_reply): what was sent */
+    serve_anthropic_stream anth; /* r->anthropic: the blocks sent */
     int read_whole;    /* the whole reply has been read */
     char *out;         /* the event being written */
     size_t out_len, out_off;
@@ -182,6 +184,8 @@ static char *last_event(struct stream *st)
 {
     serve_req *r = st->r;
     const serve_api *a = &st->h->api;
+    if (r->anthropic)
+        return serve_anthropic_end(&st->anth, r);
     const int llama = r->kind == SERVE_LLAMA;
     char *last = r->error ? NULL
                  : llama  ? serve_llama_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 1)
@@ -215,10 +219,13 @@ static char *parts_event(struct stream *st)
         cJSON *d = t ? serve_tools_delta(r, t, strlen(t), r->done, &st->parts) : NULL;
         free(t);
         st->sent = r->len, st->read_whole = r->done;
-        if (d) {
+        if (d && r->anthropic) {
+            ev = serve_anthropic_delta(&st->anth, d);
+            cJSON_Delete(d);
+        } else if (d) {
             ev = serve_api_chunk_delta(&st->h->api, r, d, st->sent_tokens, r->n_gen);
-            st->sent_tokens = r->n_gen;
         }
+        st->sent_tokens = d ? r->n_gen : st->sent_tokens;
     }
     return ev;
 }
@@ -236,7 +243,8 @@ static int next_event(struct stream *st)
         pthread_cond_wait(&r->cv, &r->mu);
     char *ev = NULL;
     if (role) {
-        ev = serve_api_chunk(a, r, NULL, 0, 0, 0, 1, NULL);
+        ev = r->anthropic ? serve_anthropic_start(a, r) : serve_api_chunk(a, r, NULL, 0, 0, 0, 1,
+                                                                           NULL);
     } else if (r->parse_reply && (ev = parts_event(st))) {
         /* made */
     } else if (r->len > st->sent) {
@@ -355,11 +363,15 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
             pthread_mutex_unlock(&r[j]->mu);
         }
     }
-    char *body = failed ? serve_api_error(failed->error, "server_error")
-                 : gone ? serve_api_error("the client closed its end of the connection before "
-                                          "the reply, so the request was cancelled (keep the "
-                                          "sending side open until the reply comes)",
-                                          "invalid_request_error")
+    static const char *const gone_why = "the client closed its end of the connection before "
+                                        "the reply, so the request was cancelled (keep the "
+                                        "sending side open until the reply comes)";
+    const int anthropic = r[0]->anthropic;
+    char *body = failed && anthropic ? serve_anthropic_error(failed->error, 500)
+                 : gone && anthropic ? serve_anthropic_error(gone_why, 499)
+                 : failed ? serve_api_error(failed->error, "server_error")
+                 : gone ? serve_api_error(gone_why, "invalid_request_error")
+                 : anthropic ? serve_anthropic_response(&h->api, r[0])
                  : r[0]->kind == SERVE_LLAMA
                      ? (n > 1 ? serve_llama_response_list(&h->api, (const serve_req *const *)r, n)
                               : serve_llama_response(&h->api, r[0]))
@@ -373,15 +385,27 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
 /* ---- the handler ------------------------------------------------------------------------- */
 
 static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c,
-                                  enum serve_kind kind, struct conn *cn)
+                                  enum serve_kind kind, int anthropic, struct conn *cn)
 {
-    int status;
-    char *err;
+    int status = 400;
+    char *err, bad[512] = "";
     serve_req *r[SERVE_MAX_PROMPTS];
-    const uint32_t n = serve_api_requests(&h->api, kind, cn->body ? cn->body : "", cn->len, r,
+    /* Anthropic's Messages: read into an OpenAI chat first, answered in its own shape */
+    char *chat = anthropic ? serve_anthropic_body(cn->body ? cn->body : "", cn->len, bad,
+                                                  sizeof bad)
+                           : NULL;
+    if (anthropic && !chat)
+        return reply(c, strcmp(bad, "out of memory") ? 400 : 500, "application/json",
+                     serve_anthropic_error(bad, strcmp(bad, "out of memory") ? 400 : 500));
+    const char *body = chat ? chat : cn->body ? cn->body : "";
+    const uint32_t n = serve_api_requests(&h->api, kind, body, chat ? strlen(chat) : cn->len, r,
                                           SERVE_MAX_PROMPTS, &status, &err);
+    free(chat);
     if (!n)
-        return reply(c, (unsigned)status, "application/json", err);
+        return reply(c, (unsigned)status, "application/json",
+                     anthropic ? serve_anthropic_rewrap(err, (unsigned)status) : err);
+    for (uint32_t i = 0; i < n; i++)
+        r[i]->anthropic = anthropic;
     for (uint32_t i = 0; i < n; i++)
         if (serve_submit(h->s, r[i])) { /* those queued are cancelled: the slots free */
             for (uint32_t j = 0; j < n; j++) {
@@ -390,8 +414,10 @@ static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c
                 pthread_mutex_unlock(&r[j]->mu);
                 serve_req_release(r[j]);
             }
-            return error(c, 503, "the server is busy: every slot and the queue are taken; "
-                         "try again later", "server_error");
+            static const char *const busy = "the server is busy: every slot and the queue are "
+                                            "taken; try again later";
+            return anthropic ? reply(c, 503, "application/json", serve_anthropic_error(busy, 503))
+                             : error(c, 503, busy, "server_error");
         }
     return r[0]->stream ? stream(h, c, r[0]) : whole(h, c, r, n);
 }
@@ -411,14 +437,16 @@ static const struct {
     const char *url;
     enum serve_kind kind;
     char *(*answer)(const serve_api *, const char *, size_t, int *);
+    int anthropic; /* its Messages API (serve_anthropic.c) */
 } posts[] = {
-    {"/v1/chat/completions", SERVE_CHAT, NULL}, {"/chat/completions", SERVE_CHAT, NULL},
-    {"/v1/completions", SERVE_COMPLETION, NULL},
+    {"/v1/chat/completions", SERVE_CHAT, NULL, 0}, {"/chat/completions", SERVE_CHAT, NULL, 0},
+    {"/v1/completions", SERVE_COMPLETION, NULL, 0},
     /* llama.cpp's server's own, whose /completions is its too (not OpenAI's) */
-    {"/completion", SERVE_LLAMA, NULL}, {"/completions", SERVE_LLAMA, NULL},
-    {"/infill", SERVE_INFILL, NULL},
-    {"/tokenize", 0, serve_llama_tokenize}, {"/detokenize", 0, serve_llama_detokenize},
-    {"/apply-template", 0, serve_llama_apply_template},
+    {"/completion", SERVE_LLAMA, NULL, 0}, {"/completions", SERVE_LLAMA, NULL, 0},
+    {"/infill", SERVE_INFILL, NULL, 0},
+    {"/tokenize", 0, serve_llama_tokenize, 0}, {"/detokenize", 0, serve_llama_detokenize, 0},
+    {"/apply-template", 0, serve_llama_apply_template, 0},
+    {"/v1/messages", SERVE_CHAT, NULL, 1}, {"/v1/messages/count_tokens", 0, serve_anthropic_count, 1},
 };
 
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
@@ -444,7 +472,7 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
                    : cn->too_large ? error(c, 413, "the request body is over 8 MiB",
                                            "invalid_request_error")
                    : posts[i].answer ? utility(h, c, posts[i].answer, cn)
-                                     : completion(h, c, posts[i].kind, cn);
+                                     : completion(h, c, posts[i].kind, posts[i].anthropic, cn);
     char msg[300];
     snprintf(msg, sizeof msg, "no route %s %.200s", method, url);
     return error(c, 404, msg, "not_found_error");
@@ -555,9 +583,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!cn) { /* the headers: the body (if any) comes in the next calls */
         if (!strcmp(method, "OPTIONS"))
             return preflight(c);
+        static const char *const no_key = "Invalid API Key: send one of the server's keys as "
+                                          "'Authorization: Bearer KEY' (or 'x-api-key: KEY')";
         if (!authorized(cls, c, url))
-            return error(c, 401, "Invalid API Key: send one of the server's keys as "
-                         "'Authorization: Bearer KEY'", "authentication_error");
+            return !strncmp(url, "/v1/messages", 12)
+                       ? reply(c, 401, "application/json", serve_anthropic_error(no_key, 401))
+                       : error(c, 401, no_key, "authentication_error");
         int refused;
         enum MHD_Result framed = check_framing(c, &refused);
         if (refused)

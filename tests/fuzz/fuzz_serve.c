@@ -40,6 +40,7 @@
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/grammar_impl.h"
 #include "tools/cli.h"
+#include "tools/serve_anthropic.h"
 #include "tools/serve_api.h"
 #include "vmm/error.h"
 
@@ -435,6 +436,97 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
     }
 }
 
+/* The events text[0..) holds: each "event: T\ndata: {...\"type\": \"T\"...}\n\n"; content blocks
+ * started and stopped in turn, by increasing index. *open: the block started, -1 none. */
+static void check_events(char *text, int *open, int *next)
+{
+    for (char *at = text; at && *at;) {
+        require(!strncmp(at, "event: ", 7));
+        char *nl = strchr(at, '\n'), *end = nl ? strstr(nl, "\n\n") : NULL;
+        require(nl && end && !strncmp(nl + 1, "data: ", 6));
+        *nl = '\0', *end = '\0';
+        cJSON *o = parsed(nl + 7);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+        const cJSON *index = cJSON_GetObjectItemCaseSensitive(o, "index");
+        require(cJSON_IsString(type) && !strcmp(type->valuestring, at + 7));
+        if (!strcmp(at + 7, "content_block_start"))
+            require(*open < 0 && index->valueint == *next), *open = *next;
+        else if (!strcmp(at + 7, "content_block_delta"))
+            require(index->valueint == *open);
+        else if (!strcmp(at + 7, "content_block_stop"))
+            require(index->valueint == *open), *open = -1, ++*next;
+        cJSON_Delete(o);
+        at = end + 2;
+    }
+}
+
+/* Anthropic's Messages API over the same body: refused in one line, or a chat request whose
+ * reply reads back as a message with blocks, and as a stream of well-formed events. */
+static void check_anthropic(const serve_api *a, const char *body, size_t len, const char *text,
+                            size_t n)
+{
+    char bad[512] = "";
+    char *chat = serve_anthropic_body(body, len, bad, sizeof bad);
+    require((chat == NULL) == (bad[0] != 0));
+    if (!chat) { /* the error a client gets: a message on one line */
+        char *e = serve_anthropic_error(bad, 400);
+        cJSON *o = parsed(e);
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
+        require(cJSON_IsString(m) && m->valuestring[0] && !strchr(m->valuestring, '\n'));
+        cJSON_Delete(o), free(e);
+        return;
+    }
+    int status = 0;
+    char *error = NULL;
+    serve_req *r = chat ? serve_api_request(a, SERVE_CHAT, chat, strlen(chat), &status, &error)
+                        : NULL;
+    free(chat);
+    if (!r) {
+        char *e = error ? serve_anthropic_rewrap(error, (unsigned)status) : NULL;
+        cJSON *o = e ? parsed(e) : NULL;
+        require(!e || cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "type")));
+        cJSON_Delete(o), free(e);
+        return;
+    }
+    require(serve_req_append(r, text, n) == 0);
+    r->n_gen = (uint32_t)n, r->finish = "stop";
+    char *whole = serve_anthropic_response(a, r);
+    cJSON *o = parsed(whole);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(o, "content"), *b;
+    require(cJSON_IsArray(content));
+    cJSON_ArrayForEach(b, content)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
+        require(cJSON_IsString(type) && (!strcmp(type->valuestring, "text") ||
+                                         !strcmp(type->valuestring, "thinking") ||
+                                         !strcmp(type->valuestring, "tool_use")));
+    }
+    cJSON_Delete(o), free(whole);
+    serve_anthropic_stream st = {0};
+    serve_sent sent = {0};
+    int open = -1, next = 0;
+    char *ev = serve_anthropic_start(a, r);
+    require(ev != NULL);
+    check_events(ev, &open, &next), free(ev);
+    char *valid = mvm_cli_valid_utf8(text, n);
+    for (size_t cut = n / 2;; cut = strlen(valid)) {
+        cJSON *d = serve_tools_delta(r, valid, cut < strlen(valid) ? cut : strlen(valid),
+                                     cut >= strlen(valid), &sent);
+        ev = d ? serve_anthropic_delta(&st, d) : NULL;
+        if (ev)
+            check_events(ev, &open, &next);
+        cJSON_Delete(d), free(ev);
+        if (cut >= strlen(valid))
+            break;
+    }
+    ev = serve_anthropic_end(&st, r);
+    require(ev != NULL);
+    check_events(ev, &open, &next), free(ev), free(valid);
+    require(open == -1);
+    serve_req_release(r);
+}
+
 /* A JSON object with status 200, or an error object with a one-line message and 400. */
 static void check_answer_or_error(char *json, int status)
 {
@@ -485,6 +577,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          .n_vocab = N_VOCAB, .n_batch = 64, .model_path = "fuzz.gguf"};
     if (kind == SERVE_LLAMA)
         check_utilities(&a, body, len);
+    if (asked == SERVE_CHAT)
+        check_anthropic(&a, body, len, text, n_text);
     int status = 0;
     char *error = NULL;
     enum { MAX = 4 };
