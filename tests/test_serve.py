@@ -990,10 +990,10 @@ def stop_strings(s, arch, reply):
           body["choices"][0]["finish_reason"] == "stop", f"{arch}: stop {stop!r}: {text!r}")
 
 
-def anthropic_events(s, body):
-    """A /v1/messages stream's (event, data) pairs, each data's type its event's."""
+def named_events(s, path, body):
+    """A stream's (event, data) pairs whose data's type is its event's name."""
     c = s.conn()
-    c.request("POST", "/v1/messages", body=json.dumps(dict(body, stream=True)),
+    c.request("POST", path, body=json.dumps(dict(body, stream=True)),
               headers={"Content-Type": "application/json"})
     r = c.getresponse()
     events, name = [], None
@@ -1003,10 +1003,14 @@ def anthropic_events(s, body):
             name = line[7:]
         elif line.startswith("data: "):
             data = json.loads(line[6:])
-            check(data["type"] == name, f"anthropic: event {name} holds {data}")
+            check(data["type"] == name, f"{path}: event {name} holds {data}")
             events.append((name, data))
     c.close()
     return r.status, events
+
+
+def anthropic_events(s, body):
+    return named_events(s, "/v1/messages", body)
 
 
 def anthropic_blocks(events):
@@ -1106,6 +1110,88 @@ def anthropic(s, arch):
         check(status == 400 and body["type"] == "error" and
               body["error"]["type"] == "invalid_request_error" and
               why in body["error"]["message"], f"{arch}: {bad} refused: {status} {body}")
+
+
+def output_of(resp):
+    """A response's output as (type, its text or call) pairs, ids aside."""
+    out = []
+    for item in resp["output"]:
+        if item["type"] == "message":
+            out.append(("message", "".join(p["text"] for p in item["content"])))
+        elif item["type"] == "reasoning":
+            out.append(("reasoning", "".join(p["text"] for p in item["content"])))
+        else:
+            out.append(("function_call", item["name"], item["arguments"]))
+    return out
+
+
+def responses(s, arch):
+    """OpenAI's Responses API: the same reply as the chat's, whole and streamed as its
+    events; its tools, a history of calls, its text format; its refusals."""
+    ask = {"model": "any", "instructions": "Be brief.", "input": "Tell me about the sea.",
+           "max_output_tokens": 12, "temperature": 0}
+    status, resp = s.post("/v1/responses", ask)
+    status2, chat = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    cm, finish = chat["choices"][0]["message"], chat["choices"][0]["finish_reason"]
+    want = ([("reasoning", cm["reasoning_content"])] if cm.get("reasoning_content") else []) + \
+        ([("message", cm["content"])] if cm["content"] else [])
+    check(status == status2 == 200 and resp["object"] == "response" and
+          output_of(resp) == want and
+          resp["status"] == {"length": "incomplete", "stop": "completed"}[finish] and
+          resp["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"] and
+          resp["usage"]["output_tokens"] == chat["usage"]["completion_tokens"],
+          f"{arch}: /v1/responses as the chat: {resp} {chat}")
+    status, events = named_events(s, "/v1/responses", ask)
+    names = [n for n, _ in events]
+    final = events[-1][1].get("response", {}) if events else {}
+    text = "".join(d["delta"] for n, d in events if n == "response.output_text.delta")
+    check(status == 200 and names[:2] == ["response.created", "response.in_progress"] and
+          names[-1] in ("response.completed", "response.incomplete") and
+          [d["sequence_number"] for _, d in events] == list(range(len(events))) and
+          output_of(final) == want and text == (cm["content"] or ""),
+          f"{arch}: /v1/responses streamed as whole: {events} {resp}")
+    if arch in TOOL_TEMPLATES:  # a history of calls (Mixtral's template wants turns in turn)
+        history = [{"role": "user", "content": "Weather?"},
+                   {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                    "arguments": "{\"city\": \"Oslo\", \"days\": 2}"},
+                   {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]
+        tools = [dict(t["function"], type="function") for t in TOOLS]
+        status, r = s.post("/v1/responses", dict(ask, input=history, tools=tools))
+        check(status == 200 and r["status"] in ("completed", "incomplete"),
+              f"{arch}: a history of calls: {status} {r}")
+    if arch in FORCIBLE:
+        tools = [dict(t["function"], type="function") for t in TOOLS]
+        drawn = dict(ask, temperature=1.0, top_p=1.0, max_output_tokens=300, tools=tools,
+                     tool_choice={"type": "function", "name": "search"},
+                     parallel_tool_calls=False)
+        if arch in THINKING:  # a chat's own field (llama.cpp's), which the body carries
+            drawn["reasoning_budget_tokens"] = 4
+        status, r = s.post("/v1/responses", drawn)
+        calls = [o for o in output_of(r) if o[0] == "function_call"]
+        check(status == 200 and len(calls) == 1 and calls[0][1] == "search" and
+              set(json.loads(calls[0][2])) == {"q"}, f"{arch}: a forced call: {status} {r}")
+        status, events = named_events(s, "/v1/responses", drawn)
+        done = [d["arguments"] for n, d in events if n == "response.function_call_arguments.done"]
+        check(status == 200 and done == [c[2] for c in calls[:1]] and
+              output_of(events[-1][1]["response"]) == output_of(r),
+              f"{arch}: the forced call streamed: {events} {r}")
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    status, r = s.post("/v1/responses", dict(ask, temperature=1.0, max_output_tokens=200,
+                                             text={"format": {"type": "json_schema",
+                                                              "name": "n", "schema": schema}}))
+    msg = [o[1] for o in output_of(r) if o[0] == "message"]
+    check(status == 200 and (r["status"] == "incomplete" or
+                             type(json.loads(msg[0])["n"]) is int),
+          f"{arch}: text.format json_schema: {status} {r}")
+    for bad, why in (({"previous_response_id": "resp_1"}, "keeps no responses"),
+                     ({"input": []}, "'input' must be"),
+                     ({"input": [{"role": "user", "content": [
+                         {"type": "input_image", "image_url": "x"}]}]}, "'input_image' part"),
+                     ({"tools": [{"type": "web_search"}]}, "'tools'[0]"),
+                     ({"text": {"format": {"type": "yaml"}}}, "'text.format'")):
+        status, body = s.post("/v1/responses", dict(ask, **bad))
+        check(status == 400 and why in body["error"]["message"],
+              f"{arch}: {bad} refused: {status} {body}")
 
 
 def openai_client(s, arch):
@@ -1273,6 +1359,7 @@ def main():
             half_close(s, arch)
             stop_strings(s, arch, reply)
             anthropic(s, arch)
+            responses(s, arch)
             openai_client(s, arch)
             m = s.metrics()
             check(m["moevm_requests_total"] > 10 and m["moevm_expert_accesses_total"] > 0,

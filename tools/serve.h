@@ -49,12 +49,14 @@ typedef struct serve_logprob {
  * llama.cpp's server's own /completion (and /infill, whose prompt is a code model's
  * fill-in-the-middle: read as SERVE_INFILL, served and answered as SERVE_LLAMA). */
 enum serve_kind { SERVE_COMPLETION, SERVE_CHAT, SERVE_LLAMA, SERVE_INFILL };
+/* The API a chat came in (serve_anthropic.c, serve_responses.c read theirs into a chat). */
+enum serve_shape { SERVE_OPENAI, SERVE_ANTHROPIC, SERVE_RESPONSES };
 
 typedef struct serve_req {
     /* set by the connection before submitting; read-only after */
     enum serve_kind kind;
-    int anthropic;            /* SERVE_CHAT read from Anthropic's Messages API: answered in its
-                                 shape (serve_anthropic.c) */
+    enum serve_shape shape;   /* SERVE_CHAT: the API it came in, whose shape its answer takes
+                                 (OpenAI's chat, Anthropic's Messages, OpenAI's Responses) */
     int stream;               /* server-sent events */
     int32_t *prompt;
     uint32_t n_prompt;

@@ -448,31 +448,9 @@ char *serve_anthropic_response(const serve_api *a, const serve_req *r)
 
 /* ---- the stream ------------------------------------------------------------------------------ */
 
-/* Appends "event: TYPE\ndata: JSON\n\n" of o (freed) to *buf. -1 without memory. */
-static int add_event(char **buf, size_t *len, cJSON *o)
-{
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
-    char *json = cJSON_PrintUnformatted(o);
-    const size_t n = json ? strlen(json) + strlen(type->valuestring) + 20 : 0;
-    char *grown = json ? realloc(*buf, *len + n + 1) : NULL;
-    if (grown)
-        *len += (size_t)sprintf(grown + *len, "event: %s\ndata: %s\n\n", type->valuestring, json);
-    *buf = grown ? grown : *buf;
-    free(json);
-    cJSON_Delete(o);
-    return grown ? 0 : -1;
-}
-
-static cJSON *typed(const char *type)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", type);
-    return o;
-}
-
 static cJSON *block_event(const char *type, uint32_t index)
 {
-    cJSON *o = typed(type);
+    cJSON *o = serve_api_typed(type);
     cJSON_AddNumberToObject(o, "index", index);
     return o;
 }
@@ -483,7 +461,7 @@ static int close_block(serve_anthropic_stream *s, char **buf, size_t *len)
     if (!s->open)
         return 0;
     s->open = 0;
-    return add_event(buf, len, block_event("content_block_stop", s->blocks++));
+    return serve_api_typed_event(buf, len, block_event("content_block_stop", s->blocks++));
 }
 
 /* Text of a block kind (1 thinking, 2 text) as a delta, the block opened first. */
@@ -496,7 +474,7 @@ static int text_delta(serve_anthropic_stream *s, int kind, const char *text, cha
             return -1;
         cJSON *start = block_event("content_block_start", s->blocks);
         cJSON_AddItemToObject(start, "content_block", text_block(type, type, ""));
-        if (add_event(buf, len, start))
+        if (serve_api_typed_event(buf, len, start))
             return -1;
         s->open = kind;
     }
@@ -504,7 +482,7 @@ static int text_delta(serve_anthropic_stream *s, int kind, const char *text, cha
     cJSON *delta = cJSON_AddObjectToObject(d, "delta");
     cJSON_AddStringToObject(delta, "type", kind == 1 ? "thinking_delta" : "text_delta");
     cJSON_AddStringToObject(delta, type, text);
-    return add_event(buf, len, d);
+    return serve_api_typed_event(buf, len, d);
 }
 
 /* A whole call as its block: the start with an empty input, the arguments as one
@@ -524,8 +502,9 @@ static int call_blocks(serve_anthropic_stream *s, const cJSON *call, char **buf,
     cJSON_AddStringToObject(delta, "partial_json", args ? args : "{}");
     free(args);
     s->calls++;
-    return add_event(buf, len, start) || add_event(buf, len, d) ||
-           add_event(buf, len, block_event("content_block_stop", s->blocks++));
+    int rc = serve_api_typed_event(buf, len, start); /* each call frees its event */
+    rc |= serve_api_typed_event(buf, len, d);
+    return rc | serve_api_typed_event(buf, len, block_event("content_block_stop", s->blocks++));
 }
 
 char *serve_anthropic_start(const serve_api *a, const serve_req *r)
@@ -534,11 +513,12 @@ char *serve_anthropic_start(const serve_api *a, const serve_req *r)
     cJSON_AddNullToObject(msg, "stop_reason");
     cJSON_AddNullToObject(msg, "stop_sequence");
     add_usage(msg, r, 0);
-    cJSON *o = typed("message_start");
+    cJSON *o = serve_api_typed("message_start");
     cJSON_AddItemToObject(o, "message", msg);
     char *buf = NULL;
     size_t len = 0;
-    if (add_event(&buf, &len, o) || add_event(&buf, &len, typed("ping"))) {
+    if (serve_api_typed_event(&buf, &len, o) |
+        serve_api_typed_event(&buf, &len, serve_api_typed("ping"))) {
         free(buf);
         return NULL;
     }
@@ -574,15 +554,15 @@ char *serve_anthropic_end(serve_anthropic_stream *s, const serve_req *r)
         char *e = serve_anthropic_error(r->error, 500);
         cJSON *o = e ? cJSON_Parse(e) : NULL;
         free(e);
-        if (!o || add_event(&buf, &len, o))
+        if (!o || serve_api_typed_event(&buf, &len, o))
             free(buf), buf = NULL;
         return buf;
     }
-    cJSON *d = typed("message_delta"), *delta = cJSON_AddObjectToObject(d, "delta");
+    cJSON *d = serve_api_typed("message_delta"), *delta = cJSON_AddObjectToObject(d, "delta");
     add_stop(delta, r, s->calls);
     add_usage(d, r, 1);
-    if (close_block(s, &buf, &len) || add_event(&buf, &len, d) ||
-        add_event(&buf, &len, typed("message_stop")))
+    if (close_block(s, &buf, &len) | serve_api_typed_event(&buf, &len, d) |
+        serve_api_typed_event(&buf, &len, serve_api_typed("message_stop")))
         free(buf), buf = NULL;
     return buf;
 }

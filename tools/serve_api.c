@@ -644,6 +644,27 @@ char *serve_api_response_list(const serve_api *a, const serve_req *const *r, uin
     return out;
 }
 
+cJSON *serve_api_typed(const char *type)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+int serve_api_typed_event(char **buf, size_t *len, cJSON *o)
+{
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    char *json = cJSON_IsString(type) ? cJSON_PrintUnformatted(o) : NULL;
+    const size_t n = json ? strlen(json) + strlen(type->valuestring) + 20 : 0;
+    char *grown = json ? realloc(*buf, *len + n + 1) : NULL;
+    if (grown)
+        *len += (size_t)sprintf(grown + *len, "event: %s\ndata: %s\n\n", type->valuestring, json);
+    *buf = grown ? grown : *buf;
+    free(json);
+    cJSON_Delete(o);
+    return grown ? 0 : -1;
+}
+
 /* o as a server-sent event (malloc'd); o is freed. */
 static char *event(cJSON *o)
 {

@@ -130,6 +130,12 @@ const char *serve_tools_finish(const char *finish, int calls);
 cJSON *serve_tools_delta(const serve_req *r, const char *text, size_t n, int final,
                          serve_sent *sent);
 
+/* {"type": type}, the start of an event of the APIs whose events are named (Anthropic's,
+ * OpenAI's Responses). */
+cJSON *serve_api_typed(const char *type);
+/* Appends the server-sent event "event: TYPE\ndata: JSON\n\n" of o (TYPE its "type"; o is
+ * freed) to *buf, *len bytes (malloc'd, NUL-terminated); -1 without memory. */
+int serve_api_typed_event(char **buf, size_t *len, cJSON *o);
 /* message on one line (malloc'd): a control character in it (a field's name or value it
  * quotes) as an escape, \n or \x01, so that a client's log shows it and the line stays one. */
 char *serve_api_one_line(const char *message);

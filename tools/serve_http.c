@@ -31,6 +31,7 @@
 #include "tools/serve.h"
 #include "tools/serve_anthropic.h"
 #include "tools/serve_api.h"
+#include "tools/serve_responses.h"
 
 #define MAX_BODY (8u << 20)
 
@@ -54,7 +55,8 @@ struct stream {
     uint32_t sent_tokens; /* of r->gen, those already in events */
     int started, ended;
     serve_sent parts;  /* a chat read into its parts (r->parse_reply): what was sent */
-    serve_anthropic_stream anth; /* r->anthropic: the blocks sent */
+    serve_anthropic_stream anth; /* Anthropic's shape: the blocks sent */
+    serve_responses_stream resp; /* the Responses shape: the items sent */
     int read_whole;    /* the whole reply has been read */
     char *out;         /* the event being written */
     size_t out_len, out_off;
@@ -184,8 +186,10 @@ static char *last_event(struct stream *st)
 {
     serve_req *r = st->r;
     const serve_api *a = &st->h->api;
-    if (r->anthropic)
+    if (r->shape == SERVE_ANTHROPIC)
         return serve_anthropic_end(&st->anth, r);
+    if (r->shape == SERVE_RESPONSES)
+        return serve_responses_end(a, r, &st->resp);
     const int llama = r->kind == SERVE_LLAMA;
     char *last = r->error ? NULL
                  : llama  ? serve_llama_chunk(a, r, NULL, 0, st->sent_tokens, r->n_gen, 1)
@@ -219,8 +223,9 @@ static char *parts_event(struct stream *st)
         cJSON *d = t ? serve_tools_delta(r, t, strlen(t), r->done, &st->parts) : NULL;
         free(t);
         st->sent = r->len, st->read_whole = r->done;
-        if (d && r->anthropic) {
-            ev = serve_anthropic_delta(&st->anth, d);
+        if (d && r->shape != SERVE_OPENAI) {
+            ev = r->shape == SERVE_ANTHROPIC ? serve_anthropic_delta(&st->anth, d)
+                                             : serve_responses_delta(r, &st->resp, d);
             cJSON_Delete(d);
         } else if (d) {
             ev = serve_api_chunk_delta(&st->h->api, r, d, st->sent_tokens, r->n_gen);
@@ -243,8 +248,9 @@ static int next_event(struct stream *st)
         pthread_cond_wait(&r->cv, &r->mu);
     char *ev = NULL;
     if (role) {
-        ev = r->anthropic ? serve_anthropic_start(a, r) : serve_api_chunk(a, r, NULL, 0, 0, 0, 1,
-                                                                           NULL);
+        ev = r->shape == SERVE_ANTHROPIC   ? serve_anthropic_start(a, r)
+             : r->shape == SERVE_RESPONSES ? serve_responses_start(a, r, &st->resp)
+                                           : serve_api_chunk(a, r, NULL, 0, 0, 0, 1, NULL);
     } else if (r->parse_reply && (ev = parts_event(st))) {
         /* made */
     } else if (r->len > st->sent) {
@@ -287,6 +293,7 @@ static void stream_free(void *cls)
     st->r->cancelled = !st->r->done;
     pthread_mutex_unlock(&st->r->mu);
     serve_req_release(st->r);
+    serve_responses_stream_free(&st->resp);
     free(st->out);
     free(st);
 }
@@ -366,12 +373,13 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
     static const char *const gone_why = "the client closed its end of the connection before "
                                         "the reply, so the request was cancelled (keep the "
                                         "sending side open until the reply comes)";
-    const int anthropic = r[0]->anthropic;
+    const int anthropic = r[0]->shape == SERVE_ANTHROPIC;
     char *body = failed && anthropic ? serve_anthropic_error(failed->error, 500)
                  : gone && anthropic ? serve_anthropic_error(gone_why, 499)
                  : failed ? serve_api_error(failed->error, "server_error")
                  : gone ? serve_api_error(gone_why, "invalid_request_error")
                  : anthropic ? serve_anthropic_response(&h->api, r[0])
+                 : r[0]->shape == SERVE_RESPONSES ? serve_responses_response(&h->api, r[0])
                  : r[0]->kind == SERVE_LLAMA
                      ? (n > 1 ? serve_llama_response_list(&h->api, (const serve_req *const *)r, n)
                               : serve_llama_response(&h->api, r[0]))
@@ -385,18 +393,24 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
 /* ---- the handler ------------------------------------------------------------------------- */
 
 static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c,
-                                  enum serve_kind kind, int anthropic, struct conn *cn)
+                                  enum serve_kind kind, enum serve_shape shape, struct conn *cn)
 {
     int status = 400;
     char *err, bad[512] = "";
     serve_req *r[SERVE_MAX_PROMPTS];
-    /* Anthropic's Messages: read into an OpenAI chat first, answered in its own shape */
-    char *chat = anthropic ? serve_anthropic_body(cn->body ? cn->body : "", cn->len, bad,
-                                                  sizeof bad)
-                           : NULL;
-    if (anthropic && !chat)
-        return reply(c, strcmp(bad, "out of memory") ? 400 : 500, "application/json",
-                     serve_anthropic_error(bad, strcmp(bad, "out of memory") ? 400 : 500));
+    const int anthropic = shape == SERVE_ANTHROPIC;
+    /* Anthropic's Messages and OpenAI's Responses: read into a chat first, answered in their
+     * own shapes */
+    const char *in = cn->body ? cn->body : "";
+    char *chat = anthropic                 ? serve_anthropic_body(in, cn->len, bad, sizeof bad)
+                 : shape == SERVE_RESPONSES ? serve_responses_body(in, cn->len, bad, sizeof bad)
+                                            : NULL;
+    const unsigned refused = strcmp(bad, "out of memory") ? 400 : 500;
+    if (shape != SERVE_OPENAI && !chat)
+        return reply(c, refused, "application/json",
+                     anthropic ? serve_anthropic_error(bad, refused)
+                               : serve_api_error(bad, refused == 400 ? "invalid_request_error"
+                                                                     : "server_error"));
     const char *body = chat ? chat : cn->body ? cn->body : "";
     const uint32_t n = serve_api_requests(&h->api, kind, body, chat ? strlen(chat) : cn->len, r,
                                           SERVE_MAX_PROMPTS, &status, &err);
@@ -405,7 +419,7 @@ static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c
         return reply(c, (unsigned)status, "application/json",
                      anthropic ? serve_anthropic_rewrap(err, (unsigned)status) : err);
     for (uint32_t i = 0; i < n; i++)
-        r[i]->anthropic = anthropic;
+        r[i]->shape = shape;
     for (uint32_t i = 0; i < n; i++)
         if (serve_submit(h->s, r[i])) { /* those queued are cancelled: the slots free */
             for (uint32_t j = 0; j < n; j++) {
@@ -437,16 +451,22 @@ static const struct {
     const char *url;
     enum serve_kind kind;
     char *(*answer)(const serve_api *, const char *, size_t, int *);
-    int anthropic; /* its Messages API (serve_anthropic.c) */
+    enum serve_shape shape; /* the API a chat comes in */
 } posts[] = {
-    {"/v1/chat/completions", SERVE_CHAT, NULL, 0}, {"/chat/completions", SERVE_CHAT, NULL, 0},
-    {"/v1/completions", SERVE_COMPLETION, NULL, 0},
+    {"/v1/chat/completions", SERVE_CHAT, NULL, SERVE_OPENAI},
+    {"/chat/completions", SERVE_CHAT, NULL, SERVE_OPENAI},
+    {"/v1/completions", SERVE_COMPLETION, NULL, SERVE_OPENAI},
     /* llama.cpp's server's own, whose /completions is its too (not OpenAI's) */
-    {"/completion", SERVE_LLAMA, NULL, 0}, {"/completions", SERVE_LLAMA, NULL, 0},
-    {"/infill", SERVE_INFILL, NULL, 0},
-    {"/tokenize", 0, serve_llama_tokenize, 0}, {"/detokenize", 0, serve_llama_detokenize, 0},
-    {"/apply-template", 0, serve_llama_apply_template, 0},
-    {"/v1/messages", SERVE_CHAT, NULL, 1}, {"/v1/messages/count_tokens", 0, serve_anthropic_count, 1},
+    {"/completion", SERVE_LLAMA, NULL, SERVE_OPENAI},
+    {"/completions", SERVE_LLAMA, NULL, SERVE_OPENAI},
+    {"/infill", SERVE_INFILL, NULL, SERVE_OPENAI},
+    {"/tokenize", 0, serve_llama_tokenize, SERVE_OPENAI},
+    {"/detokenize", 0, serve_llama_detokenize, SERVE_OPENAI},
+    {"/apply-template", 0, serve_llama_apply_template, SERVE_OPENAI},
+    {"/v1/messages", SERVE_CHAT, NULL, SERVE_ANTHROPIC},
+    {"/v1/messages/count_tokens", 0, serve_anthropic_count, SERVE_ANTHROPIC},
+    {"/v1/responses", SERVE_CHAT, NULL, SERVE_RESPONSES},
+    {"/responses", SERVE_CHAT, NULL, SERVE_RESPONSES},
 };
 
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
@@ -472,7 +492,7 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
                    : cn->too_large ? error(c, 413, "the request body is over 8 MiB",
                                            "invalid_request_error")
                    : posts[i].answer ? utility(h, c, posts[i].answer, cn)
-                                     : completion(h, c, posts[i].kind, posts[i].anthropic, cn);
+                                     : completion(h, c, posts[i].kind, posts[i].shape, cn);
     char msg[300];
     snprintf(msg, sizeof msg, "no route %s %.200s", method, url);
     return error(c, 404, msg, "not_found_error");

@@ -41,6 +41,7 @@
 #include "engine/grammar/grammar_impl.h"
 #include "tools/cli.h"
 #include "tools/serve_anthropic.h"
+#include "tools/serve_responses.h"
 #include "tools/serve_api.h"
 #include "vmm/error.h"
 
@@ -527,6 +528,87 @@ static void check_anthropic(const serve_api *a, const char *body, size_t len, co
     serve_req_release(r);
 }
 
+/* The events of OpenAI's Responses stream in text[0..): each named by its type, its
+ * sequence_number *seq and on; items added and done in turn by output_index. *open: the
+ * item added, -1 none. */
+static void check_response_events(char *text, int *seq, int *open, int *next)
+{
+    for (char *at = text; at && *at;) {
+        require(!strncmp(at, "event: ", 7));
+        char *nl = strchr(at, '\n'), *end = nl ? strstr(nl, "\n\n") : NULL;
+        require(nl && end && !strncmp(nl + 1, "data: ", 6));
+        *nl = '\0', *end = '\0';
+        cJSON *o = parsed(nl + 7);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "sequence_number");
+        const cJSON *index = cJSON_GetObjectItemCaseSensitive(o, "output_index");
+        require(cJSON_IsString(type) && !strcmp(type->valuestring, at + 7) &&
+                cJSON_IsNumber(n) && n->valueint == (*seq)++);
+        if (!strcmp(at + 7, "response.output_item.added"))
+            require(*open < 0 && index->valueint == *next), *open = *next;
+        else if (!strcmp(at + 7, "response.output_item.done"))
+            require(index->valueint == *open), *open = -1, ++*next;
+        else if (index)
+            require(index->valueint == *open);
+        cJSON_Delete(o);
+        at = end + 2;
+    }
+}
+
+/* OpenAI's Responses API over the same body: refused in one line, or a chat request whose
+ * reply reads back as a response with output items, and as a stream of events in order. */
+static void check_responses(const serve_api *a, const char *body, size_t len, const char *text,
+                            size_t n)
+{
+    char bad[512] = "";
+    char *chat = serve_responses_body(body, len, bad, sizeof bad);
+    require((chat == NULL) == (bad[0] != 0));
+    int status = 0;
+    char *error = NULL;
+    serve_req *r = chat ? serve_api_request(a, SERVE_CHAT, chat, strlen(chat), &status, &error)
+                        : NULL;
+    free(chat), free(error);
+    if (!r)
+        return;
+    require(serve_req_append(r, text, n) == 0);
+    r->n_gen = (uint32_t)n, r->finish = n % 2 ? "stop" : "length";
+    char *whole = serve_responses_response(a, r);
+    cJSON *o = parsed(whole);
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(o, "output"), *item;
+    require(cJSON_IsArray(out));
+    cJSON_ArrayForEach(item, out)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(item, "type");
+        require(cJSON_IsString(type) && (!strcmp(type->valuestring, "message") ||
+                                         !strcmp(type->valuestring, "reasoning") ||
+                                         !strcmp(type->valuestring, "function_call")));
+    }
+    cJSON_Delete(o), free(whole);
+    serve_responses_stream st = {0};
+    serve_sent sent = {0};
+    int seq = 0, open = -1, next = 0;
+    char *ev = serve_responses_start(a, r, &st);
+    require(ev != NULL);
+    check_response_events(ev, &seq, &open, &next), free(ev);
+    char *valid = mvm_cli_valid_utf8(text, n);
+    const size_t all = strlen(valid);
+    for (size_t cut = all / 2;; cut = all) {
+        cJSON *d = serve_tools_delta(r, valid, cut, cut == all, &sent);
+        ev = d ? serve_responses_delta(r, &st, d) : NULL;
+        if (ev)
+            check_response_events(ev, &seq, &open, &next);
+        cJSON_Delete(d), free(ev);
+        if (cut == all)
+            break;
+    }
+    ev = serve_responses_end(a, r, &st);
+    require(ev != NULL);
+    check_response_events(ev, &seq, &open, &next), free(ev), free(valid);
+    require(open == -1);
+    serve_responses_stream_free(&st);
+    serve_req_release(r);
+}
+
 /* A JSON object with status 200, or an error object with a one-line message and 400. */
 static void check_answer_or_error(char *json, int status)
 {
@@ -577,8 +659,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          .n_vocab = N_VOCAB, .n_batch = 64, .model_path = "fuzz.gguf"};
     if (kind == SERVE_LLAMA)
         check_utilities(&a, body, len);
-    if (asked == SERVE_CHAT)
+    if (asked == SERVE_CHAT) {
         check_anthropic(&a, body, len, text, n_text);
+        check_responses(&a, body, len, text, n_text);
+    }
     int status = 0;
     char *error = NULL;
     enum { MAX = 4 };

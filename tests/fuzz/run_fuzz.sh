@@ -83,7 +83,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     "$root/tools/serve_api.c" "$root/tools/serve_llama.c" "$root/tools/serve_logprobs.c" \
     "$root/tools/serve_req.c" "$root/tools/serve_grammar.c" "$root/tools/serve_tools.c" \
     "$root/tools/serve_bias.c" "$root/tools/serve_sampling.c" "$root/tools/sampler_order.c" \
-    "$root/tools/serve_anthropic.c" \
+    "$root/tools/serve_anthropic.c" "$root/tools/serve_responses.c" \
     "$root/tools/cli_think.c" "$root/engine/chat/think_budget.c" \
     "$root"/engine/forward/sampler*.c \
     "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c "$root"/engine/chat/chat_reply*.c \
@@ -171,6 +171,8 @@ printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type":
 # Anthropic's Messages (checked on the chat route too: fuzz_serve.c's check_anthropic),
 # with every kind of block and a reply of reasoning, text and a call
 printf '%s' '{"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}, {"type": "text", "text": "a"}, {"type": "tool_use", "id": "u", "name": "f", "input": {"a": 1}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u", "content": [{"type": "text", "text": "r"}]}]}], "tools": [{"name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}], "tool_choice": {"type": "auto"}, "stop_sequences": ["z"], "thinking": {"type": "enabled", "budget_tokens": 5}, "stream": true}<think>r</think>c<tool_call>{"name":"f","arguments":{}}' | serve_seed 221 anthropic-messages
+# OpenAI's Responses (fuzz_serve.c's check_responses), every kind of input item
+printf '%s' '{"model": "m", "instructions": "s", "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]}, {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "call_id": "c", "output": "o"}, {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]}], "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": {"type": "function", "name": "f"}, "max_output_tokens": 9, "reasoning": {"effort": "low"}, "stream": true}<think>r</think>c<tool_call>{"name":"f","arguments":{}}' | serve_seed 221 responses
 # logit_bias in OpenAI's shape and llama.cpp's
 printf '%s' '{"prompt": "x", "logit_bias": {"5": 1.5, "ab": false, "-1": 2}, "n": 2}' |
     serve_seed 0 completion-bias
