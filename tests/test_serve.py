@@ -1141,6 +1141,14 @@ def responses(s, arch):
           resp["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"] and
           resp["usage"]["output_tokens"] == chat["usage"]["completion_tokens"],
           f"{arch}: /v1/responses as the chat: {resp} {chat}")
+    # token counting, as llama.cpp's server counts (after OpenAI's input_tokens)
+    status, n = s.post("/v1/responses/input_tokens", ask)
+    status2, n2 = s.post("/v1/chat/completions/input_tokens", dict(GREEDY, messages=MSGS))
+    want_n = {"object": "response.input_tokens", "input_tokens": chat["usage"]["prompt_tokens"]}
+    check(status == status2 == 200 and n == n2 == want_n, f"{arch}: input_tokens: {n} {n2}")
+    status, n = s.post("/v1/responses/input_tokens", dict(ask, input=[]))
+    check(status == 400 and "'input' must be" in n["error"]["message"],
+          f"{arch}: input_tokens of a bad request: {status} {n}")
     status, events = named_events(s, "/v1/responses", ask)
     names = [n for n, _ in events]
     final = events[-1][1].get("response", {}) if events else {}

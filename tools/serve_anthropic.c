@@ -577,14 +577,7 @@ char *serve_anthropic_count(const serve_api *a, const char *body, size_t len, in
         *status = strcmp(bad, "out of memory") ? 400 : 500;
         return serve_anthropic_error(bad, (unsigned)*status);
     }
-    char *err = NULL;
-    serve_req *r = serve_api_request(a, SERVE_CHAT, chat, strlen(chat), status, &err);
+    char *out = serve_api_count(a, chat, strlen(chat), NULL, status);
     free(chat);
-    if (!r)
-        return serve_anthropic_rewrap(err, (unsigned)*status);
-    char out[64];
-    snprintf(out, sizeof out, "{\"input_tokens\":%u}", r->n_prompt);
-    serve_req_release(r);
-    *status = 200;
-    return strdup(out);
+    return *status == 200 ? out : serve_anthropic_rewrap(out, (unsigned)*status);
 }

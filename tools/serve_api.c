@@ -644,6 +644,28 @@ char *serve_api_response_list(const serve_api *a, const serve_req *const *r, uin
     return out;
 }
 
+char *serve_api_count(const serve_api *a, const char *chat, size_t len, const char *object,
+                      int *status)
+{
+    char *err = NULL;
+    serve_req *r = serve_api_request(a, SERVE_CHAT, chat, len, status, &err);
+    if (!r)
+        return err;
+    char out[96];
+    snprintf(out, sizeof out, "{%s%s%s\"input_tokens\":%u}", object ? "\"object\":\"" : "",
+             object ? object : "", object ? "\"," : "", r->n_prompt);
+    serve_req_release(r);
+    *status = 200;
+    return strdup(out);
+}
+
+/* POST /v1/chat/completions/input_tokens (llama.cpp's server's, after OpenAI's
+ * /v1/responses/input_tokens). */
+char *serve_api_chat_count(const serve_api *a, const char *body, size_t len, int *status)
+{
+    return serve_api_count(a, body, len, "response.input_tokens", status);
+}
+
 cJSON *serve_api_typed(const char *type)
 {
     cJSON *o = cJSON_CreateObject();

@@ -130,6 +130,13 @@ const char *serve_tools_finish(const char *finish, int calls);
 cJSON *serve_tools_delta(const serve_req *r, const char *text, size_t n, int final,
                          serve_sent *sent);
 
+/* The prompt tokens of a chat body (OpenAI's shape): {"object": object (where not NULL),
+ * "input_tokens": N} (malloc'd, *status 200), or the error object of a request that does
+ * not read (*status its HTTP status). */
+char *serve_api_count(const serve_api *a, const char *chat, size_t len, const char *object,
+                      int *status);
+/* POST /v1/chat/completions/input_tokens: serve_api_count of the body. */
+char *serve_api_chat_count(const serve_api *a, const char *body, size_t len, int *status);
 /* {"type": type}, the start of an event of the APIs whose events are named (Anthropic's,
  * OpenAI's Responses). */
 cJSON *serve_api_typed(const char *type);

@@ -467,6 +467,10 @@ static const struct {
     {"/v1/messages/count_tokens", 0, serve_anthropic_count, SERVE_ANTHROPIC},
     {"/v1/responses", SERVE_CHAT, NULL, SERVE_RESPONSES},
     {"/responses", SERVE_CHAT, NULL, SERVE_RESPONSES},
+    {"/v1/responses/input_tokens", 0, serve_responses_count, SERVE_RESPONSES},
+    {"/responses/input_tokens", 0, serve_responses_count, SERVE_RESPONSES},
+    {"/v1/chat/completions/input_tokens", 0, serve_api_chat_count, SERVE_OPENAI},
+    {"/chat/completions/input_tokens", 0, serve_api_chat_count, SERVE_OPENAI},
 };
 
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,

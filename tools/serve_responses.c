@@ -648,3 +648,16 @@ void serve_responses_stream_free(serve_responses_stream *s)
     free(s->text);
     s->text = NULL;
 }
+
+char *serve_responses_count(const serve_api *a, const char *body, size_t len, int *status)
+{
+    char bad[512] = "";
+    char *chat = serve_responses_body(body, len, bad, sizeof bad);
+    if (!chat) {
+        *status = strcmp(bad, "out of memory") ? 400 : 500;
+        return serve_api_error(bad, *status == 400 ? "invalid_request_error" : "server_error");
+    }
+    char *out = serve_api_count(a, chat, strlen(chat), "response.input_tokens", status);
+    free(chat);
+    return out;
+}

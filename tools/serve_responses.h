@@ -32,4 +32,8 @@ char *serve_responses_delta(const serve_req *r, serve_responses_stream *s, const
 char *serve_responses_end(const serve_api *a, const serve_req *r, serve_responses_stream *s);
 void serve_responses_stream_free(serve_responses_stream *s);
 
+/* POST /v1/responses/input_tokens: {"object": "response.input_tokens", "input_tokens": N},
+ * the prompt the request renders to. */
+char *serve_responses_count(const serve_api *a, const char *body, size_t len, int *status);
+
 #endif
