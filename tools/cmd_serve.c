@@ -22,10 +22,11 @@ enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE, O_API_KEY, O_API_KEY_FI
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moevm serve -m MODEL.gguf [--host ADDR] [--port N] [-np SLOTS] [options]\n"
-               "An OpenAI-compatible API: POST /v1/chat/completions and /v1/completions (with\n"
-               "\"stream\": true, server-sent events), GET /v1/models, /health, /metrics; and\n"
-               "llama-server's own: POST /completion, /infill, /tokenize, /detokenize,\n"
-               "/apply-template, GET /props, /slots (docs/serve.md).\n"
+               "An OpenAI-compatible API: POST /v1/chat/completions, /v1/completions and\n"
+               "/v1/responses (with \"stream\": true, server-sent events), GET /v1/models,\n"
+               "/health, /metrics; Anthropic's POST /v1/messages; and llama-server's own:\n"
+               "POST /completion, /infill, /tokenize, /detokenize, /apply-template, the\n"
+               "input_tokens counts, GET /props, /slots (docs/serve.md).\n"
                "  --host ADDR     the IPv4 address to listen on (default 127.0.0.1)\n"
                "  --port N        the port (default 8080; 0: any free one, printed)\n"
                "  -np, --parallel N  requests served at once, each with its own KV cache of\n"
