@@ -175,6 +175,11 @@ rev = six["text"][-3:]
 assert r["stop"] == "reverse_prompt" and whole["text"].startswith(r["text"]), r
 assert len(r["text"]) <= len(six["text"]) and rev in r["text"][-5:], (r["text"], six["text"])' "$tmp/r6.json" "$tmp/r40.json"
 expect 2 '^moevm run: -r: an empty reverse prompt$' -- "$moevm" run -m "$m" -p x -r ''
+# run -sp (control tokens as their texts) and --no-display-prompt (the text alone)
+expect 0 '^<\|im_start\|>user hi' -- "$moevm" run -m "$m" -p '<|im_start|>user hi' -n 2 --temp 0 -sp
+"$moevm" run -m "$m" -p "Once upon" -n 6 --temp 0 --ignore-eos --no-display-prompt >"$tmp/np.out" 2>/dev/null
+"$moevm" run -m "$m" -p "Once upon" -n 6 --temp 0 --ignore-eos >"$tmp/wp.out" 2>/dev/null
+check 'run --no-display-prompt: the text after the prompt' "[ \"Once upon\$(cat '$tmp/np.out')\" = \"\$(cat '$tmp/wp.out')\" ] && [ -s '$tmp/np.out' ]" "$tmp/np.out" "$tmp/wp.out"
 # chat: llama-cli's -sys, the template's variables and source
 printf 'Hi\n' | "$moevm" chat -m "$m" -n 2 -sys 'Be brief.' --reasoning off --verbose-prompt >/dev/null 2>"$tmp/t0.err"
 check 'chat -sys --reasoning off: the system message, thinking off' "grep -q '^Be brief\.<|im_end|>' '$tmp/t0.err' && grep -q '^</think>' '$tmp/t0.err'" "$tmp/t0.err"

@@ -126,10 +126,11 @@ static const mvm_cli_llama_flag flags[] = {
     {{"-co", "--color"}, R | C, 1, on_off_auto, NOTE, "moevm writes plain text"},
     {{"--simple-io", "-mli", "--multiline-input"}, R | C, 0, NULL, NOTE,
      "moevm chat reads a line a turn from its input"},
-    {{"--display-prompt"}, R, 0, NULL, NOTE, "moevm run writes the prompt before the text"},
-    {{"--verbose-prompt"}, R, 0, NULL, NOTE, "-o json has the prompt's tokens"},
-    {{"-sp", "--special"}, GEN, 0, NULL, NOTE,
-     "moevm writes control tokens' texts where a chat's syntax needs them, not elsewhere"},
+    {{"--verbose-prompt"}, R, 0, NULL, NOTE,
+     "moevm run writes the prompt's text; `moevm tokenize` lists its tokens"},
+    {{"-sp", "--special"}, C | S | P, 0, NULL, NOTE,
+     "a reply keeps control tokens' texts where its chat syntax needs them (moevm run takes "
+     "--special)"},
     {{"-bs", "--backend-sampling"}, GEN, 0, NULL, NOTE, "moevm samples on the CPU"},
     {{"-r", "--reverse-prompt"}, C | S, 1, NULL, REFUSE,
      "a reply ends at its end-of-turn token; a request's stop gives more (serve); moevm run "

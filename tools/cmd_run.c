@@ -86,8 +86,9 @@ static int reverse_hit(const struct session *s)
 static void emit_piece(struct session *s, int32_t id)
 {
     char buf[256];
-    size_t n = mvm_engine_has_vocab(s->e) ? mvm_engine_token_piece(s->e, id, buf, sizeof buf)
-                                          : (size_t)snprintf(buf, sizeof buf, " %d", id);
+    size_t n = !mvm_engine_has_vocab(s->e) ? (size_t)snprintf(buf, sizeof buf, " %d", id)
+               : s->a.special ? mvm_engine_token_piece_special(s->e, id, buf, sizeof buf)
+                              : mvm_engine_token_piece(s->e, id, buf, sizeof buf);
     n = n < sizeof buf ? n : sizeof buf;
     if (s->generating) {
         const size_t keep = sizeof s->tail - n < s->tail_n ? sizeof s->tail - n : s->tail_n;
@@ -97,7 +98,8 @@ static void emit_piece(struct session *s, int32_t id)
     }
     struct text_out *o = &s->out;
     if (!s->a.json) {
-        fwrite(buf, 1, n, stdout);
+        if (s->generating || !s->a.no_prompt)
+            fwrite(buf, 1, n, stdout);
         return;
     }
     if (o->n + n > o->cap) {

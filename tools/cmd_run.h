@@ -28,6 +28,8 @@ struct run_args {
     int trace_hidden, cpu_moe_given, dist_flag;
     int json;       /* -o json: the report as one JSON object on stdout, not the text */
     int ignore_eos; /* end-of-generation tokens are never sampled */
+    int special;    /* --special: control tokens written as their texts (llama.cpp's -sp) */
+    int no_prompt;  /* --no-display-prompt: the text without the prompt before it */
     mvm_cli_grammar grammar; /* --grammar, --json-schema */
     mvm_cli_sampling sampling; /* --frequency-penalty, --dry-*, --mirostat, ... */
     mvm_cli_meta meta;         /* --override-kv, --rope-scaling, ... */

@@ -38,6 +38,9 @@ static void usage(FILE *f)
             "                until a grammar is finished)\n"
             "  -r, --reverse-prompt S  stop once the text ends in S, within two bytes\n"
             "                (llama.cpp's, outside a conversation; repeatable)\n"
+            "  -sp, --special  control tokens written as their texts (<|im_end|>...)\n"
+            "  --no-display-prompt  the generated text alone, without the prompt before\n"
+            "                it (--display-prompt: with it, the default)\n"
             "  -t, --threads threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --top-k, --top-p, --min-p  the sampling filters (0, 1 and 0 are off; min-p\n"
@@ -115,7 +118,7 @@ enum {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_CTX, O_BATCH, O_KV_TYPE, O_BUDGET,
     O_CPU_MOE, O_NGL, O_EVICT, O_PREDICT, O_PREDICTOR, O_ROUTE, O_CONFIG, O_ASSIGN, O_COST,
     O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD, O_OUTPUT,
-    O_IGNORE_EOS, O_HOT_PROFILE, O_HOMES, O_REVERSE
+    O_IGNORE_EOS, O_HOT_PROFILE, O_HOMES, O_REVERSE, O_SPECIAL, O_DISPLAY, O_NO_DISPLAY
 };
 
 /* The options, llama.cpp's spellings among them where they mean the same. */
@@ -139,7 +142,9 @@ static const mvm_cli_opt run_opts[] = {
     {"period", 0, 1, O_PERIOD},         {"homes", 0, 1, O_HOMES},
     {"output-format", 'o', 1, O_OUTPUT},
     {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE},
-    {"reverse-prompt", 'r', 1, O_REVERSE},
+    {"reverse-prompt", 'r', 1, O_REVERSE}, {"special", 0, 0, O_SPECIAL},
+    {"-sp", 0, 0, O_SPECIAL},           {"display-prompt", 0, 0, O_DISPLAY},
+    {"no-display-prompt", 0, 0, O_NO_DISPLAY},
     MVM_CLI_GRAMMAR_OPTS, MVM_CLI_SAMPLING_OPTS, MVM_CLI_META_OPTS, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
@@ -164,6 +169,9 @@ static int parse_option(struct run_args *a, const mvm_cli_iter *it)
     case O_TRACE_OUT: a->trace_out = v; return 0;
     case O_TRACE_HIDDEN: a->trace_hidden = 1; return 0;
     case O_IGNORE_EOS: a->ignore_eos = 1; return 0;
+    case O_SPECIAL: a->special = 1; return 0;
+    case O_DISPLAY: a->no_prompt = 0; return 0;
+    case O_NO_DISPLAY: a->no_prompt = 1; return 0;
     case O_REVERSE:
         if (!*v || strlen(v) > MVM_RUN_MAX_REVERSE_LEN || a->n_reverse == MVM_RUN_MAX_REVERSE) {
             fprintf(stderr, "moevm run: %s: %s\n", f,
