@@ -1315,6 +1315,24 @@ def access(moevm, model, arch, work):
               f"{arch}: serve {args}: rc {p.returncode} {p.stderr!r}")
 
 
+def api_prefix(moevm, model, arch):
+    """--api-prefix (llama-server's): every route under the path, none outside it; a bad
+    path is one line and exit 2."""
+    s = Server(moevm, model, "--api-prefix", "/api", "-t", "2")
+    try:
+        got = [s.request("GET", path)[0] for path in
+               ("/api/health", "/api/v1/models", "/v1/models", "/apix/v1/models", "/api")]
+        status, body = s.post("/api/v1/chat/completions", dict(GREEDY, messages=MSGS))
+        check(got == [200, 200, 404, 404, 404] and status == 200 and body["choices"],
+              f"{arch}: --api-prefix /api: {got} {status}")
+    finally:
+        s.stop()
+    p = subprocess.run([moevm, "serve", "-m", model, "--port", "0", "--api-prefix", "api/"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and p.stderr.count("\n") == 1 and "starts with '/'" in p.stderr,
+          f"{arch}: --api-prefix api/: rc {p.returncode} {p.stderr!r}")
+
+
 def template_file(moevm, model, arch, work):
     """--chat-template-file: the server renders chat messages with that template (one that
     raises on a given message shows it is the one in use); a missing file is one line and
@@ -1382,6 +1400,7 @@ def main():
             template_file(moevm, model, arch, work)
             default_grammar(moevm, model, arch)
             access(moevm, model, arch, work)
+            api_prefix(moevm, model, arch)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

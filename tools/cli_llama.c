@@ -209,7 +209,6 @@ static const mvm_cli_llama_flag flags[] = {
     {{"--spm-infill"}, S, 0, NULL, REFUSE, "moevm lays out /infill's prompt prefix first"},
     {{"--ssl-key-file", "--ssl-cert-file"}, S, 1, NULL, REFUSE,
      "moevm serves plain HTTP: put a TLS proxy in front"},
-    {{"--api-prefix"}, S, 1, NULL, REFUSE, "moevm serves its routes at the root"},
     {{"--cors-origins", "--cors-methods", "--cors-headers"}, S, 1, NULL, REFUSE,
      "moevm answers every origin, llama-server's default: put a proxy in front to restrict it"},
     {{"--cors-credentials", "--no-cors-credentials"}, S, 0, NULL, REFUSE,

@@ -17,7 +17,7 @@
 #include "tools/serve_api.h"
 
 enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE, O_API_KEY, O_API_KEY_FILE,
-       O_REASONING, O_TIMEOUT };
+       O_REASONING, O_TIMEOUT, O_PREFIX };
 
 static void usage(FILE *f)
 {
@@ -34,6 +34,7 @@ static void usage(FILE *f)
                "  --queue N       requests that may wait for a slot before 503 (default 64)\n"
                "  -to, --timeout N  seconds a connection may stay idle before it is closed\n"
                "                  (default 600, llama-server's; 0: never)\n"
+               "  --api-prefix PATH  every route under PATH (/api: /api/v1/models...)\n"
                "  --alias NAME    the model's id in the API (default: its general.name)\n"
                "  --api-key KEY[,KEY...]  every route but /health wants one of these, as\n"
                "                  'Authorization: Bearer KEY' (default: none asked for)\n"
@@ -49,12 +50,31 @@ static void usage(FILE *f)
 
 struct serve_args {
     mvm_cli_engine o;
-    const char *host, *alias;
+    const char *host, *alias, *prefix;
     uint32_t port, parallel, queue, timeout;
     char *keys[MAX_KEYS];     /* --api-key's and --api-key-file's, each malloc'd */
     uint32_t n_keys;
     int reasoning_none;       /* --reasoning-format none */
 };
+
+/* --api-prefix: a path, "/" and more, without a final "/" (llama-server's; "" or "/": none);
+ * 0, or 2 after a one-line error. */
+static int api_prefix(const char *flag, const char *v, struct serve_args *a)
+{
+    const size_t n = strlen(v);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] <= ' ' || v[i] == '?' || v[i] == '#' || v[i] == 0x7f) {
+            fprintf(stderr, "moevm serve: %s: a path without spaces, '?' or '#'\n", flag);
+            return 2;
+        }
+    if (n > 1 && (v[0] != '/' || v[n - 1] == '/' || n > 200)) {
+        fprintf(stderr, "moevm serve: %s %s: a path that starts with '/' and does not end "
+                "with one (/api), of 200 bytes at most\n", flag, v);
+        return 2;
+    }
+    a->prefix = n > 1 ? v : NULL;
+    return 0;
+}
 
 /* Adds text[0..n) as a key, white space around it dropped; 2 after a one-line error. */
 static int add_key(struct serve_args *a, const char *flag, const char *text, size_t n)
@@ -121,6 +141,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                                        {"queue", 0, 1, O_QUEUE},
                                        {"timeout", 0, 1, O_TIMEOUT},
                                        {"-to", 0, 1, O_TIMEOUT},
+                                       {"api-prefix", 0, 1, O_PREFIX},
                                        {"api-key", 0, 1, O_API_KEY},
                                        {"api-key-file", 0, 1, O_API_KEY_FILE},
                                        {"reasoning-format", 0, 1, O_REASONING},
@@ -159,6 +180,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             break;
         case O_QUEUE: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 16, &a->queue); break;
         case O_TIMEOUT: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 24, &a->timeout); break;
+        case O_PREFIX: bad = api_prefix(it.flag, it.value, a); break;
         case O_API_KEY: bad = add_keys(a, it.flag, it.value, 0); break;
         case O_API_KEY_FILE: bad = add_keys(a, it.flag, it.value, 1); break;
         case O_REASONING:
@@ -223,7 +245,8 @@ static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
                            .default_think_message = a->o.sampling.think_message,
                            .default_kwargs = a->o.tmpl.kwargs,
                            .reasoning_none = a->reasoning_none};
-    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, a->timeout, &api, &port);
+    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port, a->timeout, a->prefix,
+                                        &api, &port);
     pthread_t t;
     int rc = !http || pthread_create(&t, NULL, engine_thread, s) != 0;
     if (!rc) {

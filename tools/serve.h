@@ -168,13 +168,15 @@ void serve_get_slots(serve *s, serve_slot_info *out);
 mvm_engine *serve_engine(serve *s);
 
 /* The HTTP front on host:port (port 0: any free one); *bound: the port it listens on. A
- * connection idle for timeout_s seconds is closed (llama-server's --timeout; 0: never).
+ * connection idle for timeout_s seconds is closed (llama-server's --timeout; 0: never);
+ * prefix (llama-server's --api-prefix, "/api": /api/v1/models...; NULL: none) is the path
+ * every route is under.
  * api: what the routes answer with (its model_id, model_path and defaults; the engine and
  * its sizes are filled in from s). NULL after a one-line error on stderr. */
 typedef struct serve_http serve_http;
 struct serve_api;
 serve_http *serve_http_start(serve *s, const char *host, uint16_t port, unsigned timeout_s,
-                             const struct serve_api *api, uint16_t *bound);
+                             const char *prefix, const struct serve_api *api, uint16_t *bound);
 /* Stops listening and joins the connections (the engine thread must have finished their
  * requests: serve_run returns only after it has). */
 void serve_http_stop(serve_http *h);

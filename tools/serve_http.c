@@ -39,7 +39,20 @@ struct serve_http {
     serve *s;
     serve_api api;
     struct MHD_Daemon *d;
+    const char *prefix; /* --api-prefix: every route under it; NULL: at the root */
 };
+
+/* url under h's prefix: the route's path ("/" for the prefix alone), or NULL when url is
+ * not under it. */
+static const char *unprefixed(const struct serve_http *h, const char *url)
+{
+    const size_t n = h->prefix ? strlen(h->prefix) : 0;
+    if (!n)
+        return url;
+    if (strncmp(url, h->prefix, n) || (url[n] && url[n] != '/'))
+        return NULL;
+    return url[n] ? url + n : "/";
+}
 
 /* One connection's request: its body as it arrives, then its stream's state. */
 struct conn {
@@ -604,6 +617,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 {
     (void)version;
     struct conn *cn = *con_cls;
+    const char *path = unprefixed(cls, url);
+    if (!path) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no route %s %.200s (the routes are under %s)", method, url,
+                 ((struct serve_http *)cls)->prefix);
+        return error(c, 404, msg, "not_found_error");
+    }
+    url = path;
     if (!cn) { /* the headers: the body (if any) comes in the next calls */
         if (!strcmp(method, "OPTIONS"))
             return preflight(c);
@@ -649,7 +670,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 serve_http *serve_http_start(serve *s, const char *host, uint16_t port, unsigned timeout_s,
-                             const struct serve_api *api, uint16_t *bound)
+                             const char *prefix, const struct serve_api *api, uint16_t *bound)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) /* cmd_serve.c checked it */
@@ -660,6 +681,7 @@ serve_http *serve_http_start(serve *s, const char *host, uint16_t port, unsigned
     mvm_engine_info in;
     mvm_engine_get_info(serve_engine(s), &in);
     h->s = s;
+    h->prefix = prefix;
     h->api = *api;
     h->api.e = serve_engine(s);
     h->api.n_ctx = in.n_ctx, h->api.n_seq = in.n_seq, h->api.n_vocab = in.n_vocab;
