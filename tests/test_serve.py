@@ -1318,13 +1318,23 @@ def access(moevm, model, arch, work):
 def api_prefix(moevm, model, arch):
     """--api-prefix (llama-server's): every route under the path, none outside it; a bad
     path is one line and exit 2."""
-    s = Server(moevm, model, "--api-prefix", "/api", "-t", "2")
+    s = Server(moevm, model, "--api-prefix", "/api", "-to", "1", "-t", "2")
     try:
         got = [s.request("GET", path)[0] for path in
                ("/api/health", "/api/v1/models", "/v1/models", "/apix/v1/models", "/api")]
         status, body = s.post("/api/v1/chat/completions", dict(GREEDY, messages=MSGS))
         check(got == [200, 200, 404, 404, 404] and status == 200 and body["choices"],
               f"{arch}: --api-prefix /api: {got} {status}")
+        # -to 1: a connection idle for a second is closed by the server
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        time.sleep(2.5)
+        try:
+            sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            closed = sock.recv(1024) == b""
+        except OSError:
+            closed = True
+        sock.close()
+        check(closed, f"{arch}: --timeout 1: an idle connection is closed")
     finally:
         s.stop()
     p = subprocess.run([moevm, "serve", "-m", model, "--port", "0", "--api-prefix", "api/"],

@@ -9,6 +9,26 @@
 #include "tools/cli.h"
 #include "tools/cmd_run.h"
 
+/* The prompt's and the text's options. */
+static void usage_text(FILE *f)
+{
+    fprintf(f,
+            "  -m, --model   the GGUF model (or its first split part)\n"
+            "  -p, --prompt  the prompt (\\n, \\t... are read as llama.cpp reads them; -f's\n"
+            "                text too; --no-escape: as typed)\n"
+            "  -f, --file    the prompt from a file ('-': standard input), less one final\n"
+            "                newline (as llama.cpp's -f)\n"
+            "  --tokens      the prompt as token ids (a model without a vocabulary prints ids)\n"
+            "  -n, --n-predict  tokens to generate (default 64); stops early at end-of-text\n"
+            "  --ignore-eos  never sample an end-of-generation token: always -n tokens (or\n"
+            "                until a grammar is finished)\n"
+            "  -r, --reverse-prompt S  stop once the text ends in S, within two bytes\n"
+            "                (llama.cpp's, outside a conversation; repeatable)\n"
+            "  -sp, --special  control tokens written as their texts (<|im_end|>...)\n"
+            "  --no-display-prompt  the generated text alone, without the prompt before\n"
+            "                it (--display-prompt: with it, the default)\n");
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -26,21 +46,9 @@ static void usage(FILE *f)
             "                 [--ignore-eos] [-o text|json]\n"
             "                 [--grammar GBNF | --grammar-file F | -j SCHEMA | -jf F]\n"
             "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
-            "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS] [--homes N]\n"
-            "  -m, --model   the GGUF model (or its first split part)\n"
-            "  -p, --prompt  the prompt (\\n, \\t... are read as llama.cpp reads them; -f's\n"
-            "                text too; --no-escape: as typed)\n"
-            "  -f, --file    the prompt from a file ('-': standard input), less one final\n"
-            "                newline (as llama.cpp's -f)\n"
-            "  --tokens      the prompt as token ids (a model without a vocabulary prints ids)\n"
-            "  -n, --n-predict  tokens to generate (default 64); stops early at end-of-text\n"
-            "  --ignore-eos  never sample an end-of-generation token: always -n tokens (or\n"
-            "                until a grammar is finished)\n"
-            "  -r, --reverse-prompt S  stop once the text ends in S, within two bytes\n"
-            "                (llama.cpp's, outside a conversation; repeatable)\n"
-            "  -sp, --special  control tokens written as their texts (<|im_end|>...)\n"
-            "  --no-display-prompt  the generated text alone, without the prompt before\n"
-            "                it (--display-prompt: with it, the default)\n"
+            "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS] [--homes N]\n");
+    usage_text(f);
+    fprintf(f,
             "  -t, --threads threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --top-k, --top-p, --min-p  the sampling filters (0, 1 and 0 are off; min-p\n"
