@@ -86,24 +86,25 @@ class Server:
         status, text = self.request("POST", path, body)
         return status, json.loads(text)
 
-    def stream(self, path, body):
-        """The events' JSON objects and whether [DONE] ended them (llama.cpp's /completion
-        sends none: its last event says "stop": true)."""
+    def stream_lines(self, path, body):
+        """The status and the lines of a streamed reply to body."""
         c = self.conn()
         c.request("POST", path, body=json.dumps(dict(body, stream=True)),
                   headers={"Content-Type": "application/json"})
         r = c.getresponse()
-        events, done = [], False
-        for line in r:
-            line = line.decode().strip()
-            if not line.startswith("data: "):
-                continue
-            if line == "data: [DONE]":
-                done = True
-                break
-            events.append(json.loads(line[6:]))
+        lines = [line.decode().rstrip("\n") for line in r]
         c.close()
-        return r.status, events, done
+        return r.status, lines
+
+    def stream(self, path, body):
+        """The events' JSON objects and whether [DONE] ended them (llama.cpp's /completion
+        sends none: its last event says "stop": true)."""
+        status, lines = self.stream_lines(path, body)
+        data = [line.strip() for line in lines if line.startswith("data: ")]
+        done = "data: [DONE]" in data
+        events = [json.loads(d[6:]) for d in data[:data.index("data: [DONE]")
+                                                 if done else len(data)]]
+        return status, events, done
 
     def metrics(self):
         status, text = self.request("GET", "/metrics")
@@ -992,21 +993,16 @@ def stop_strings(s, arch, reply):
 
 def named_events(s, path, body):
     """A stream's (event, data) pairs whose data's type is its event's name."""
-    c = s.conn()
-    c.request("POST", path, body=json.dumps(dict(body, stream=True)),
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
+    status, lines = s.stream_lines(path, body)
     events, name = [], None
-    for line in r:
-        line = line.decode().rstrip("\n")
+    for line in lines:
         if line.startswith("event: "):
             name = line[7:]
         elif line.startswith("data: "):
             data = json.loads(line[6:])
             check(data["type"] == name, f"{path}: event {name} holds {data}")
             events.append((name, data))
-    c.close()
-    return r.status, events
+    return status, events
 
 
 def anthropic_events(s, body):

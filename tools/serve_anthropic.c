@@ -465,9 +465,9 @@ static int close_block(serve_anthropic_stream *s, char **buf, size_t *len)
 }
 
 /* Text of a block kind (1 thinking, 2 text) as a delta, the block opened first. */
-static int text_delta(serve_anthropic_stream *s, int kind, const char *text, char **buf,
-                      size_t *len)
+static int text_delta(void *ctx, int kind, const char *text, char **buf, size_t *len)
 {
+    serve_anthropic_stream *s = ctx;
     const char *type = kind == 1 ? "thinking" : "text";
     if (s->open != kind) {
         if (close_block(s, buf, len))
@@ -487,8 +487,9 @@ static int text_delta(serve_anthropic_stream *s, int kind, const char *text, cha
 
 /* A whole call as its block: the start with an empty input, the arguments as one
  * input_json_delta, the stop. */
-static int call_blocks(serve_anthropic_stream *s, const cJSON *call, char **buf, size_t *len)
+static int call_blocks(void *ctx, const cJSON *call, char **buf, size_t *len)
 {
+    serve_anthropic_stream *s = ctx;
     if (close_block(s, buf, len))
         return -1;
     cJSON *b = tool_use(call);
@@ -527,23 +528,7 @@ char *serve_anthropic_start(const serve_api *a, const serve_req *r)
 
 char *serve_anthropic_delta(serve_anthropic_stream *s, const cJSON *delta)
 {
-    const cJSON *think = cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content");
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(delta, "content"), *c;
-    char *buf = NULL;
-    size_t len = 0;
-    int rc = 0;
-    if (cJSON_IsString(think))
-        rc = text_delta(s, 1, think->valuestring, &buf, &len);
-    if (!rc && cJSON_IsString(text))
-        rc = text_delta(s, 2, text->valuestring, &buf, &len);
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls"))
-    {
-        if (!rc)
-            rc = call_blocks(s, c, &buf, &len);
-    }
-    if (rc)
-        free(buf), buf = NULL;
-    return buf;
+    return serve_api_delta_events(delta, &(serve_delta_sink){text_delta, call_blocks, s});
 }
 
 char *serve_anthropic_end(serve_anthropic_stream *s, const serve_req *r)

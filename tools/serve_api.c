@@ -666,6 +666,25 @@ char *serve_api_chat_count(const serve_api *a, const char *body, size_t len, int
     return serve_api_count(a, body, len, "response.input_tokens", status);
 }
 
+char *serve_api_delta_events(const cJSON *delta, const serve_delta_sink *sink)
+{
+    const cJSON *think = cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(delta, "content"), *c;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = cJSON_IsString(think) ? sink->text(sink->ctx, 1, think->valuestring, &buf, &len) : 0;
+    if (!rc && cJSON_IsString(text))
+        rc = sink->text(sink->ctx, 2, text->valuestring, &buf, &len);
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls"))
+    {
+        if (!rc)
+            rc = sink->call(sink->ctx, c, &buf, &len);
+    }
+    if (rc)
+        free(buf), buf = NULL;
+    return buf;
+}
+
 cJSON *serve_api_typed(const char *type)
 {
     cJSON *o = cJSON_CreateObject();

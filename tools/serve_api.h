@@ -137,6 +137,17 @@ char *serve_api_count(const serve_api *a, const char *chat, size_t len, const ch
                       int *status);
 /* POST /v1/chat/completions/input_tokens: serve_api_count of the body. */
 char *serve_api_chat_count(const serve_api *a, const char *body, size_t len, int *status);
+/* Where a stream in another API's shape puts a chat chunk's delta: its reasoning (kind 1)
+ * and content (kind 2) text, and each whole call, as events appended to *buf (malloc'd,
+ * *len bytes); each 0, or -1 without memory. */
+typedef struct serve_delta_sink {
+    int (*text)(void *ctx, int kind, const char *text, char **buf, size_t *len);
+    int (*call)(void *ctx, const cJSON *call, char **buf, size_t *len);
+    void *ctx;
+} serve_delta_sink;
+/* The events of delta (serve_tools_delta's) through sink, in a reply's order: reasoning,
+ * content, each call (malloc'd); NULL when it makes none, or without memory. */
+char *serve_api_delta_events(const cJSON *delta, const serve_delta_sink *sink);
 /* {"type": type}, the start of an event of the APIs whose events are named (Anthropic's,
  * OpenAI's Responses). */
 cJSON *serve_api_typed(const char *type);

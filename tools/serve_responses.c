@@ -595,25 +595,28 @@ char *serve_responses_start(const serve_api *a, const serve_req *r, serve_respon
     return buf;
 }
 
+/* serve_api_delta_events' sink: the stream and its request. */
+struct sink {
+    serve_responses_stream *s;
+    const serve_req *r;
+};
+
+static int on_text(void *ctx, int kind, const char *text, char **buf, size_t *len)
+{
+    const struct sink *k = ctx;
+    return text_delta(k->s, k->r, kind, text, buf, len);
+}
+
+static int on_call(void *ctx, const cJSON *call, char **buf, size_t *len)
+{
+    const struct sink *k = ctx;
+    return call_events(k->s, k->r, call, buf, len);
+}
+
 char *serve_responses_delta(const serve_req *r, serve_responses_stream *s, const cJSON *delta)
 {
-    const cJSON *think = cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content");
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(delta, "content"), *c;
-    char *buf = NULL;
-    size_t len = 0;
-    int rc = 0;
-    if (cJSON_IsString(think))
-        rc = text_delta(s, r, 1, think->valuestring, &buf, &len);
-    if (!rc && cJSON_IsString(text))
-        rc = text_delta(s, r, 2, text->valuestring, &buf, &len);
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls"))
-    {
-        if (!rc)
-            rc = call_events(s, r, c, &buf, &len);
-    }
-    if (rc)
-        free(buf), buf = NULL;
-    return buf;
+    struct sink k = {s, r};
+    return serve_api_delta_events(delta, &(serve_delta_sink){on_text, on_call, &k});
 }
 
 char *serve_responses_end(const serve_api *a, const serve_req *r, serve_responses_stream *s)

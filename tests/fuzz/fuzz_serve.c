@@ -437,28 +437,85 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
     }
 }
 
-/* The events text[0..) holds: each "event: T\ndata: {...\"type\": \"T\"...}\n\n"; content blocks
- * started and stopped in turn, by increasing index. *open: the block started, -1 none. */
+/* The named event at *at, "event: T\ndata: {...\"type\": \"T\"...}\n\n": its data, *at moved past
+ * it and *name its T (in place). */
+static cJSON *named_event(char **at, const char **name)
+{
+    require(!strncmp(*at, "event: ", 7));
+    char *nl = strchr(*at, '\n'), *end = nl ? strstr(nl, "\n\n") : NULL;
+    require(nl && end && !strncmp(nl + 1, "data: ", 6));
+    *nl = '\0', *end = '\0';
+    cJSON *o = parsed(nl + 7);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    require(cJSON_IsString(type) && !strcmp(type->valuestring, *at + 7));
+    *name = *at + 7, *at = end + 2;
+    return o;
+}
+
+/* Anthropic's events in text[0..): content blocks started and stopped in turn, by
+ * increasing index. *open: the block started, -1 none. */
 static void check_events(char *text, int *open, int *next)
 {
-    for (char *at = text; at && *at;) {
-        require(!strncmp(at, "event: ", 7));
-        char *nl = strchr(at, '\n'), *end = nl ? strstr(nl, "\n\n") : NULL;
-        require(nl && end && !strncmp(nl + 1, "data: ", 6));
-        *nl = '\0', *end = '\0';
-        cJSON *o = parsed(nl + 7);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    for (char *at = text; *at;) {
+        const char *name;
+        cJSON *o = named_event(&at, &name);
         const cJSON *index = cJSON_GetObjectItemCaseSensitive(o, "index");
-        require(cJSON_IsString(type) && !strcmp(type->valuestring, at + 7));
-        if (!strcmp(at + 7, "content_block_start"))
+        if (!strcmp(name, "content_block_start"))
             require(*open < 0 && index->valueint == *next), *open = *next;
-        else if (!strcmp(at + 7, "content_block_delta"))
+        else if (!strcmp(name, "content_block_delta"))
             require(index->valueint == *open);
-        else if (!strcmp(at + 7, "content_block_stop"))
+        else if (!strcmp(name, "content_block_stop"))
             require(index->valueint == *open), *open = -1, ++*next;
         cJSON_Delete(o);
-        at = end + 2;
     }
+}
+
+/* The chat request `chat` (freed) reads into, its whole reply text[0..n) and done with
+ * `finish`; NULL with *status and *error (malloc'd) where it does not read. */
+static serve_req *replied(const serve_api *a, char *chat, const char *text, size_t n,
+                          const char *finish, int *status, char **error)
+{
+    serve_req *r = serve_api_request(a, SERVE_CHAT, chat, strlen(chat), status, error);
+    free(chat);
+    if (r) {
+        require(serve_req_append(r, text, n) == 0);
+        r->n_gen = (uint32_t)n, r->finish = finish;
+    }
+    return r;
+}
+
+/* Every item of o's `field` has one of the three types. */
+static void require_types(const cJSON *o, const char *field, const char *const types[3])
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, field), *item;
+    require(cJSON_IsArray(list));
+    cJSON_ArrayForEach(item, list)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(item, "type");
+        require(cJSON_IsString(type) && (!strcmp(type->valuestring, types[0]) ||
+                                         !strcmp(type->valuestring, types[1]) ||
+                                         !strcmp(type->valuestring, types[2])));
+    }
+}
+
+/* The deltas a stream of r's reply sends: half of it, then all (an array; NULL entries
+ * left out). */
+static cJSON *deltas_of(const serve_req *r, const char *text, size_t n)
+{
+    char *valid = mvm_cli_valid_utf8(text, n);
+    require(valid != NULL);
+    const size_t all = strlen(valid);
+    serve_sent sent = {0};
+    cJSON *list = cJSON_CreateArray();
+    for (size_t cut = all / 2;; cut = all) {
+        cJSON *d = serve_tools_delta(r, valid, cut, cut == all, &sent);
+        if (d)
+            cJSON_AddItemToArray(list, d);
+        if (cut == all)
+            break;
+    }
+    free(valid);
+    return list;
 }
 
 /* Anthropic's Messages API over the same body: refused in one line, or a chat request whose
@@ -480,9 +537,7 @@ static void check_anthropic(const serve_api *a, const char *body, size_t len, co
     }
     int status = 0;
     char *error = NULL;
-    serve_req *r = chat ? serve_api_request(a, SERVE_CHAT, chat, strlen(chat), &status, &error)
-                        : NULL;
-    free(chat);
+    serve_req *r = replied(a, chat, text, n, "stop", &status, &error);
     if (!r) {
         char *e = error ? serve_anthropic_rewrap(error, (unsigned)status) : NULL;
         cJSON *o = e ? parsed(e) : NULL;
@@ -490,68 +545,46 @@ static void check_anthropic(const serve_api *a, const char *body, size_t len, co
         cJSON_Delete(o), free(e);
         return;
     }
-    require(serve_req_append(r, text, n) == 0);
-    r->n_gen = (uint32_t)n, r->finish = "stop";
+    static const char *const blocks[3] = {"text", "thinking", "tool_use"};
     char *whole = serve_anthropic_response(a, r);
-    cJSON *o = parsed(whole);
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(o, "content"), *b;
-    require(cJSON_IsArray(content));
-    cJSON_ArrayForEach(b, content)
-    {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        require(cJSON_IsString(type) && (!strcmp(type->valuestring, "text") ||
-                                         !strcmp(type->valuestring, "thinking") ||
-                                         !strcmp(type->valuestring, "tool_use")));
-    }
+    cJSON *o = parsed(whole), *deltas = deltas_of(r, text, n), *d;
+    require_types(o, "content", blocks);
     cJSON_Delete(o), free(whole);
     serve_anthropic_stream st = {0};
-    serve_sent sent = {0};
     int open = -1, next = 0;
     char *ev = serve_anthropic_start(a, r);
     require(ev != NULL);
     check_events(ev, &open, &next), free(ev);
-    char *valid = mvm_cli_valid_utf8(text, n);
-    for (size_t cut = n / 2;; cut = strlen(valid)) {
-        cJSON *d = serve_tools_delta(r, valid, cut < strlen(valid) ? cut : strlen(valid),
-                                     cut >= strlen(valid), &sent);
-        ev = d ? serve_anthropic_delta(&st, d) : NULL;
-        if (ev)
-            check_events(ev, &open, &next);
-        cJSON_Delete(d), free(ev);
-        if (cut >= strlen(valid))
-            break;
+    cJSON_ArrayForEach(d, deltas)
+    {
+        if ((ev = serve_anthropic_delta(&st, d)))
+            check_events(ev, &open, &next), free(ev);
     }
+    cJSON_Delete(deltas);
     ev = serve_anthropic_end(&st, r);
     require(ev != NULL);
-    check_events(ev, &open, &next), free(ev), free(valid);
+    check_events(ev, &open, &next), free(ev);
     require(open == -1);
     serve_req_release(r);
 }
 
-/* The events of OpenAI's Responses stream in text[0..): each named by its type, its
- * sequence_number *seq and on; items added and done in turn by output_index. *open: the
- * item added, -1 none. */
+/* The events of OpenAI's Responses stream in text[0..): sequence numbers *seq and on;
+ * items added and done in turn by output_index. *open: the item added, -1 none. */
 static void check_response_events(char *text, int *seq, int *open, int *next)
 {
-    for (char *at = text; at && *at;) {
-        require(!strncmp(at, "event: ", 7));
-        char *nl = strchr(at, '\n'), *end = nl ? strstr(nl, "\n\n") : NULL;
-        require(nl && end && !strncmp(nl + 1, "data: ", 6));
-        *nl = '\0', *end = '\0';
-        cJSON *o = parsed(nl + 7);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    for (char *at = text; *at;) {
+        const char *name;
+        cJSON *o = named_event(&at, &name);
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "sequence_number");
         const cJSON *index = cJSON_GetObjectItemCaseSensitive(o, "output_index");
-        require(cJSON_IsString(type) && !strcmp(type->valuestring, at + 7) &&
-                cJSON_IsNumber(n) && n->valueint == (*seq)++);
-        if (!strcmp(at + 7, "response.output_item.added"))
+        require(cJSON_IsNumber(n) && n->valueint == (*seq)++);
+        if (!strcmp(name, "response.output_item.added"))
             require(*open < 0 && index->valueint == *next), *open = *next;
-        else if (!strcmp(at + 7, "response.output_item.done"))
+        else if (!strcmp(name, "response.output_item.done"))
             require(index->valueint == *open), *open = -1, ++*next;
         else if (index)
             require(index->valueint == *open);
         cJSON_Delete(o);
-        at = end + 2;
     }
 }
 
@@ -565,45 +598,30 @@ static void check_responses(const serve_api *a, const char *body, size_t len, co
     require((chat == NULL) == (bad[0] != 0));
     int status = 0;
     char *error = NULL;
-    serve_req *r = chat ? serve_api_request(a, SERVE_CHAT, chat, strlen(chat), &status, &error)
+    serve_req *r = chat ? replied(a, chat, text, n, n % 2 ? "stop" : "length", &status, &error)
                         : NULL;
-    free(chat), free(error);
+    free(error);
     if (!r)
         return;
-    require(serve_req_append(r, text, n) == 0);
-    r->n_gen = (uint32_t)n, r->finish = n % 2 ? "stop" : "length";
+    static const char *const items[3] = {"message", "reasoning", "function_call"};
     char *whole = serve_responses_response(a, r);
-    cJSON *o = parsed(whole);
-    const cJSON *out = cJSON_GetObjectItemCaseSensitive(o, "output"), *item;
-    require(cJSON_IsArray(out));
-    cJSON_ArrayForEach(item, out)
-    {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(item, "type");
-        require(cJSON_IsString(type) && (!strcmp(type->valuestring, "message") ||
-                                         !strcmp(type->valuestring, "reasoning") ||
-                                         !strcmp(type->valuestring, "function_call")));
-    }
+    cJSON *o = parsed(whole), *deltas = deltas_of(r, text, n), *d;
+    require_types(o, "output", items);
     cJSON_Delete(o), free(whole);
     serve_responses_stream st = {0};
-    serve_sent sent = {0};
     int seq = 0, open = -1, next = 0;
     char *ev = serve_responses_start(a, r, &st);
     require(ev != NULL);
     check_response_events(ev, &seq, &open, &next), free(ev);
-    char *valid = mvm_cli_valid_utf8(text, n);
-    const size_t all = strlen(valid);
-    for (size_t cut = all / 2;; cut = all) {
-        cJSON *d = serve_tools_delta(r, valid, cut, cut == all, &sent);
-        ev = d ? serve_responses_delta(r, &st, d) : NULL;
-        if (ev)
-            check_response_events(ev, &seq, &open, &next);
-        cJSON_Delete(d), free(ev);
-        if (cut == all)
-            break;
+    cJSON_ArrayForEach(d, deltas)
+    {
+        if ((ev = serve_responses_delta(r, &st, d)))
+            check_response_events(ev, &seq, &open, &next), free(ev);
     }
+    cJSON_Delete(deltas);
     ev = serve_responses_end(a, r, &st);
     require(ev != NULL);
-    check_response_events(ev, &seq, &open, &next), free(ev), free(valid);
+    check_response_events(ev, &seq, &open, &next), free(ev);
     require(open == -1);
     serve_responses_stream_free(&st);
     serve_req_release(r);
