@@ -24,7 +24,8 @@ static const char *const on_off_auto[] = {"on", "off", "auto", NULL};
 static const char *const on_off[] = {"on", "off", NULL};
 static const char *const numa_kinds[] = {"distribute", "isolate", "numactl", NULL};
 
-#define THREADS "moevm places its threads on the cores nearest the GPU itself (hwloc); -t says how many"
+#define THREADS                                                                                 \
+    "moevm places its threads on the cores nearest the GPU itself (hwloc); -t says how many"
 #define NO_CACHE_SAVE "moevm keeps no checkpoints or host copies of a slot's cache"
 #define LOGS "moevm's messages go to stderr, their level set by MOEVM_LOG"
 #define DRAFT "moevm has no speculative decoding"
@@ -100,7 +101,8 @@ static const mvm_cli_llama_flag flags[] = {
     {{"--swa-full"}, GEN, 0, NULL, NOTE, "moevm sizes the windowed layers' cache itself"},
     {{"-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"}, GEN, 0, NULL, NOTE,
      "each slot has its own positions in moevm's cache"},
-    {{"--kv-unified-per-slot"}, S, 1, NULL, NOTE, "each slot has its own positions in moevm's cache"},
+    {{"--kv-unified-per-slot"}, S, 1, NULL, NOTE,
+     "each slot has its own positions in moevm's cache"},
     {{"-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", "-cms", "--checkpoint-min-step"}, C | S,
      1, NULL, NOTE, NO_CACHE_SAVE},
     {{"-cram", "--cache-ram"}, C | S, 1, NULL, NOTE, NO_CACHE_SAVE},
@@ -193,11 +195,13 @@ static const mvm_cli_llama_flag flags[] = {
     {{"--metrics"}, S, 0, NULL, NOTE, "GET /metrics is always served"},
     {{"--slots"}, S, 0, NULL, NOTE, "GET /slots is always served"},
     {{"--no-slots"}, S, 0, NULL, REFUSE, "GET /slots is always served"},
-    {{"--props"}, S, 0, NULL, NOTE, "POST /props is refused: the properties are the command line's"},
+    {{"--props"}, S, 0, NULL, NOTE,
+     "POST /props is refused: the properties are the command line's"},
     {{"--slot-save-path"}, S, 1, NULL, REFUSE, "moevm saves no slots (POST /slots)"},
     {{"--no-webui", "--no-ui", "-no-ag", "--no-agent"}, S, 0, NULL, NOTE,
      "moevm serves the API, no web page"},
-    {{"--webui", "--ui", "-ag", "--agent"}, S, 0, NULL, REFUSE, "moevm serves the API, no web page"},
+    {{"--webui", "--ui", "-ag", "--agent"}, S, 0, NULL, REFUSE,
+     "moevm serves the API, no web page"},
     {{"--path", "--ui-config", "--webui-config", "--ui-config-file", "--webui-config-file"}, S,
      1, NULL, REFUSE, "moevm serves the API, no web page"},
     {{"--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json"}, S, 1, NULL,

@@ -82,7 +82,7 @@ static int reverse_hit(const struct session *s)
 }
 
 /* Token id's piece (its id without a vocabulary): on stdout as it comes, or kept for the
- * JSON report; and the generated text's last bytes, for -r. */
+ * JSON report; and with -r, the generated text's last bytes. */
 static void emit_piece(struct session *s, int32_t id)
 {
     char buf[256];
@@ -90,7 +90,7 @@ static void emit_piece(struct session *s, int32_t id)
                : s->a.special ? mvm_engine_token_piece_special(s->e, id, buf, sizeof buf)
                               : mvm_engine_token_piece(s->e, id, buf, sizeof buf);
     n = n < sizeof buf ? n : sizeof buf;
-    if (s->generating) {
+    if (s->generating && s->a.n_reverse) {
         const size_t keep = sizeof s->tail - n < s->tail_n ? sizeof s->tail - n : s->tail_n;
         memmove(s->tail, s->tail + s->tail_n - keep, keep);
         memcpy(s->tail + keep, buf, n);

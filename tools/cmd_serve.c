@@ -179,7 +179,9 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             bad = mvm_cli_u32("serve", it.flag, it.value, 1, 256, &a->parallel);
             break;
         case O_QUEUE: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 16, &a->queue); break;
-        case O_TIMEOUT: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 24, &a->timeout); break;
+        case O_TIMEOUT:
+            bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 24, &a->timeout);
+            break;
         case O_PREFIX: bad = api_prefix(it.flag, it.value, a); break;
         case O_API_KEY: bad = add_keys(a, it.flag, it.value, 0); break;
         case O_API_KEY_FILE: bad = add_keys(a, it.flag, it.value, 1); break;

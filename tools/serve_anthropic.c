@@ -49,8 +49,7 @@ static int tool_result(const cJSON *block, cJSON *out, int i, char *bad, size_t 
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(block, "tool_use_id");
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(block, "content");
     if (!cJSON_IsString(id))
-        return fail(bad, cap, "'%s'[%d]: a tool_result block needs its tool_use_id", "messages",
-                    i);
+        return fail(bad, cap, "'messages'[%d]: a tool_result block needs its tool_use_id", i);
     size_t len = 1;
     const cJSON *t;
     cJSON_ArrayForEach(t, (cJSON_IsArray(c) ? c : NULL))
@@ -58,13 +57,13 @@ static int tool_result(const cJSON *block, cJSON *out, int i, char *bad, size_t 
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(t, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
-            return fail(bad, cap, "'%s'[%d]: a tool_result's content holds text blocks only "
-                        "(moevm computes text)", "messages", i);
+            return fail(bad, cap, "'messages'[%d]: a tool_result's content holds text blocks "
+                        "only (moevm computes text)", i);
         len += strlen(text->valuestring);
     }
     if (c && !cJSON_IsString(c) && !cJSON_IsArray(c))
-        return fail(bad, cap, "'%s'[%d]: a tool_result's content is a string or text blocks",
-                    "messages", i);
+        return fail(bad, cap, "'messages'[%d]: a tool_result's content is a string or text "
+                    "blocks", i);
     char *joined = malloc(cJSON_IsString(c) ? strlen(c->valuestring) + 1 : len);
     if (!joined)
         return fail(bad, cap, "out of memory");
@@ -108,8 +107,8 @@ static int block(const cJSON *b, cJSON *text, cJSON *reasoning, cJSON *calls, cJ
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
         const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
         if (!cJSON_IsString(id) || !cJSON_IsString(name) || (input && !cJSON_IsObject(input)))
-            return fail(bad, cap, "'%s'[%d]: a tool_use block is {\"id\", \"name\", \"input\": "
-                        "{...}}", "messages", i);
+            return fail(bad, cap, "'messages'[%d]: a tool_use block is {\"id\", \"name\", "
+                        "\"input\": {...}}", i);
         char *args = input ? cJSON_PrintUnformatted(input) : strdup("{}");
         cJSON *call = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(call, "function");
         cJSON_AddStringToObject(call, "id", id->valuestring);
@@ -135,8 +134,8 @@ static int turn(const cJSON *m, int i, cJSON *out, char *bad, size_t cap)
     if (!cJSON_IsString(role) ||
         (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")) ||
         !(cJSON_IsString(content) || cJSON_IsArray(content)))
-        return fail(bad, cap, "'%s'[%d] must be {\"role\": \"user\" or \"assistant\", "
-                    "\"content\": a string or blocks}", "messages", i);
+        return fail(bad, cap, "'messages'[%d] must be {\"role\": \"user\" or \"assistant\", "
+                    "\"content\": a string or blocks}", i);
     if (cJSON_IsString(content)) {
         cJSON_AddItemToArray(out, cJSON_Duplicate(m, 1));
         return 0;
@@ -202,7 +201,7 @@ static int system_message(const cJSON *sys, cJSON *messages, char *bad, size_t c
     }
     if (!cJSON_IsArray(sys) || cJSON_GetArraySize(parts) != cJSON_GetArraySize(sys)) {
         cJSON_Delete(m);
-        return fail(bad, cap, "'%s' must be a string or text blocks", "system");
+        return fail(bad, cap, "'system' must be a string or text blocks");
     }
     cJSON_AddItemToArray(messages, m);
     return 0;
@@ -213,8 +212,7 @@ static int tools(const cJSON *in, cJSON *out, char *bad, size_t cap)
     if (!in || cJSON_IsNull(in))
         return 0;
     if (!cJSON_IsArray(in))
-        return fail(bad, cap, "'%s' must be an array of {\"name\", \"input_schema\"}",
-                    "tools");
+        return fail(bad, cap, "'tools' must be an array of {\"name\", \"input_schema\"}");
     cJSON *list = cJSON_AddArrayToObject(out, "tools");
     int i = 0;
     for (const cJSON *t = in->child; t; t = t->next, i++) {
@@ -222,9 +220,9 @@ static int tools(const cJSON *in, cJSON *out, char *bad, size_t cap)
         const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
         const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
         if (!cJSON_IsString(name) || !cJSON_IsObject(schema))
-            return fail(bad, cap, "'%s'[%d] must be {\"name\", \"description\", \"input_schema\"}"
-                        " (Anthropic's own tools, which its servers run, are not taken)",
-                        "tools", i);
+            return fail(bad, cap, "'tools'[%d] must be {\"name\", \"description\", "
+                        "\"input_schema\"} (Anthropic's own tools, which its servers run, are "
+                        "not taken)", i);
         cJSON *tool = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(tool, "function");
         cJSON_AddStringToObject(tool, "type", "function");
         cJSON_AddStringToObject(fn, "name", name->valuestring);
@@ -251,8 +249,8 @@ static int tool_choice(const cJSON *tc, cJSON *out, char *bad, size_t cap)
         cJSON_AddStringToObject(c, "type", "function");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name->valuestring);
     } else {
-        return fail(bad, cap, "'%s' must be {\"type\": \"auto\", \"any\", \"none\" or \"tool\" "
-                    "(with its \"name\")}", "tool_choice");
+        return fail(bad, cap, "'tool_choice' must be {\"type\": \"auto\", \"any\", \"none\" or "
+                    "\"tool\" (with its \"name\")}");
     }
     cJSON_AddBoolToObject(out, "parallel_tool_calls", !cJSON_IsTrue(serial));
     return 0;
@@ -281,8 +279,8 @@ static int thinking(const cJSON *th, cJSON *out, char *bad, size_t cap)
         cJSON_AddFalseToObject(kw, "enable_thinking");
         return 0;
     }
-    return fail(bad, cap, "'%s' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
-                "{\"type\": \"disabled\"}", "thinking");
+    return fail(bad, cap, "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+                "{\"type\": \"disabled\"}");
 }
 
 char *serve_anthropic_body(const char *body, size_t len, char *bad, size_t cap)
@@ -297,7 +295,7 @@ char *serve_anthropic_body(const char *body, size_t len, char *bad, size_t cap)
     int rc = cJSON_IsArray(msgs) && msgs->child
                  ? system_message(cJSON_GetObjectItemCaseSensitive(in, "system"), messages, bad,
                                   cap)
-                 : fail(bad, cap, "'%s' must be a non-empty array of turns", "messages");
+                 : fail(bad, cap, "'messages' must be a non-empty array of turns");
     int i = 0;
     for (const cJSON *m = rc ? NULL : msgs->child; m && !rc; m = m->next, i++)
         rc = turn(m, i, messages, bad, cap);
@@ -407,7 +405,8 @@ static cJSON *tool_use(const cJSON *call)
         cJSON_Delete(input), input = cJSON_CreateObject();
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "type", "tool_use");
-    cJSON_AddItemToObject(b, "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(call, "id"), 1));
+    cJSON_AddItemToObject(b, "id",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(call, "id"), 1));
     cJSON_AddItemToObject(b, "name",
                           cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(fn, "name"), 1));
     cJSON_AddItemToObject(b, "input", input);

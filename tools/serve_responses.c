@@ -16,9 +16,10 @@
  * json_schema: the chat's response_format). The body's other fields go along as they are,
  * as llama.cpp sends them: a chat's own (top_k, logit_bias, grammar, ...) work, and `store`,
  * `metadata`, `include`, `truncation` are ignored as a chat ignores fields it does not know.
- * There is no store: `previous_response_id` is a 400, as in llama.cpp. Stricter than llama.cpp, which skips them with a warning in its log:
- * a tool of another type (web search, file search...) or an image or file part is a 400
- * naming it, as moevm computes text and runs no tools itself.
+ * There is no store: `previous_response_id` is a 400, as in llama.cpp. Stricter than
+ * llama.cpp, which skips them with a warning in its log: a tool of another type (web
+ * search, file search...) or an image or file part is a 400 naming it, as moevm computes
+ * text and runs no tools itself.
  *
  * The reply: `output` items in order, a `reasoning` item (its text as reasoning_text
  * content), a `message` item (one output_text part), a `function_call` item per call;
@@ -214,9 +215,13 @@ static int tools(const cJSON *in, cJSON *out, char *bad, size_t cap)
 {
     if (!in || cJSON_IsNull(in))
         return 0;
+    if (!cJSON_IsArray(in)) {
+        snprintf(bad, cap, "'tools' must be an array of function tools");
+        return -1;
+    }
     cJSON *list = cJSON_AddArrayToObject(out, "tools");
     int i = 0;
-    for (const cJSON *t = cJSON_IsArray(in) ? in->child : NULL; t; t = t->next, i++) {
+    for (const cJSON *t = in->child; t; t = t->next, i++) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
@@ -235,10 +240,6 @@ static int tools(const cJSON *in, cJSON *out, char *bad, size_t cap)
                 cJSON_AddItemToObject(fn, keys[k], cJSON_Duplicate(v, 1));
         }
         cJSON_AddItemToArray(list, tool);
-    }
-    if (!cJSON_IsArray(in)) {
-        snprintf(bad, cap, "'tools' must be an array of function tools");
-        return -1;
     }
     return 0;
 }

@@ -148,7 +148,7 @@ static mvm_status rd_name(parser *p, const char *what, uint64_t i, mvm_gguf_str 
 /* The array `arr` grown to hold `need` entries (doubling), or NULL with `arr` intact. The
  * counts were checked against the file size, but growing as entries parse means a bogus
  * count in a large file fails at its first bad entry rather than with a huge allocation. */
-static void *grow(void *arr, uint64_t *cap, uint64_t need, size_t size)
+void *mvm_gguf_grow(void *arr, uint64_t *cap, uint64_t need, size_t size)
 {
     if (need <= *cap)
         return arr;
@@ -510,7 +510,7 @@ static mvm_status parse(parser *p)
     uint64_t n_tensors = 0, n_kv = 0;
     mvm_status st = parse_header(p, &n_tensors, &n_kv);
     for (uint64_t i = 0; st == MVM_OK && i < n_kv; i++) {
-        kv *kvs = grow(g->kvs, &g->cap_kv, i + 1, sizeof *g->kvs);
+        kv *kvs = mvm_gguf_grow(g->kvs, &g->cap_kv, i + 1, sizeof *g->kvs);
         if (!kvs)
             return mvm_fail(MVM_ERR_NOMEM, "%s: cannot allocate %llu keys", p->input, (ull)i);
         g->kvs = kvs;
@@ -523,7 +523,7 @@ static mvm_status parse(parser *p)
     if (st == MVM_OK)
         st = parse_alignment(p);
     for (uint64_t i = 0; st == MVM_OK && i < n_tensors; i++) {
-        tensor *ts = grow(g->tensors, &g->cap_tensors, i + 1, sizeof *g->tensors);
+        tensor *ts = mvm_gguf_grow(g->tensors, &g->cap_tensors, i + 1, sizeof *g->tensors);
         if (!ts)
             return mvm_fail(MVM_ERR_NOMEM, "%s: cannot allocate %llu tensors", p->input, (ull)i);
         g->tensors = ts;

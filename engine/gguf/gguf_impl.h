@@ -74,6 +74,10 @@ static inline mvm_gguf_str name_of(const mvm_gguf *g, int of_tensors, uint64_t i
  * printable ASCII as '?'. */
 const char *mvm_gguf_shown(const char *s, uint64_t n, char buf[72]);
 
+/* arr (of elements of `size` bytes, *cap of them) with room for `need`: the same block, or
+ * one twice as large (*cap updated); NULL without memory, arr left as it was. */
+void *mvm_gguf_grow(void *arr, uint64_t *cap, uint64_t need, size_t size);
+
 /* The entry named (s, n) among the keys (of_tensors = 0) or the tensors, or -1; *slot (if
  * non-NULL) is where it would be inserted. */
 int64_t mvm_gguf_ix_probe(const mvm_gguf *g, int of_tensors, const char *s, uint64_t n,

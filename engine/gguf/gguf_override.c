@@ -152,13 +152,10 @@ mvm_status mvm_gguf_override_apply(mvm_gguf *g, const mvm_gguf_override *o)
         g->kvs[at] = e;
         return MVM_OK;
     }
-    if (g->n_kv == g->cap_kv) {
-        const uint64_t cap = g->cap_kv ? 2 * g->cap_kv : 16;
-        kv *kvs = realloc(g->kvs, cap * sizeof *kvs);
-        if (!kvs)
-            return mvm_fail(MVM_ERR_NOMEM, "--override-kv %s: out of memory", o->key);
-        g->kvs = kvs, g->cap_kv = cap;
-    }
+    kv *kvs = mvm_gguf_grow(g->kvs, &g->cap_kv, g->n_kv + 1, sizeof *kvs);
+    if (!kvs)
+        return mvm_fail(MVM_ERR_NOMEM, "--override-kv %s: out of memory", o->key);
+    g->kvs = kvs;
     g->kvs[g->n_kv++] = e;
     return mvm_gguf_ix_build(g, 0, "--override-kv"); /* out of memory fails the load */
 }

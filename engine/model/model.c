@@ -358,10 +358,13 @@ static mvm_status open_model(const char *path, const mvm_model_meta *meta, struc
         mvm_model_free(m);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
     }
+    if ((st = mvm_ld_meta_kv(ld, meta)) != MVM_OK) { /* before anything reads the file */
+        mvm_model_free(m);
+        return st;
+    }
     mvm_gguf_str s;
     char arch[64];
-    if ((st = mvm_ld_meta_kv(ld, meta)) != MVM_OK) {
-    } else if (mvm_gguf_get_str(ld->g, "general.architecture", &s) != MVM_OK) {
+    if (mvm_gguf_get_str(ld->g, "general.architecture", &s) != MVM_OK) {
         st = mvm_ld_fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
     } else if (mvm_gguf_str_copy(s, arch, sizeof arch) != MVM_OK ||
                !(ld->arch = m->arch = mvm_arch_find(arch))) {

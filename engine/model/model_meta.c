@@ -24,38 +24,35 @@ mvm_status mvm_ld_meta_kv(struct loader *ld, const mvm_model_meta *meta)
     return MVM_OK;
 }
 
-/* One RoPE option as the key "{arch}.{suffix}". */
-static mvm_status put(struct loader *ld, const char *suffix, mvm_gguf_override o)
-{
-    snprintf(o.key, sizeof o.key, "%s.%s", ld->arch->name, suffix);
-    if (mvm_gguf_override_apply(ld->g, &o) != MVM_OK)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
-    return MVM_OK;
-}
-
-#define F32(v) ((mvm_gguf_override){.type = MVM_GGUF_F32, .f = (v)})
+#define F32(v) {.type = MVM_GGUF_F32, .f = (v)}
 
 mvm_status mvm_ld_meta_rope(struct loader *ld, const mvm_model_meta *meta)
 {
     const mvm_rope_params *r = meta ? meta->rope : NULL;
     if (!r)
         return MVM_OK;
-    mvm_status st = MVM_OK;
-    if (r->scaling)
-        st = put(ld, "rope.scaling.type",
-                 (mvm_gguf_override){.type = MVM_GGUF_STR, .s = r->scaling});
-    if (!st && r->scale)
-        st = put(ld, "rope.scaling.factor", F32(r->scale));
-    if (!st && r->freq_base)
-        st = put(ld, "rope.freq_base", F32(r->freq_base));
-    if (!st && r->yarn_orig_ctx)
-        st = put(ld, "rope.scaling.original_context_length",
-                 (mvm_gguf_override){.type = MVM_GGUF_I64, .i = r->yarn_orig_ctx});
-    if (!st && r->yarn_beta_fast)
-        st = put(ld, "rope.scaling.yarn_beta_fast", F32(r->yarn_beta_fast));
-    if (!st && r->yarn_beta_slow)
-        st = put(ld, "rope.scaling.yarn_beta_slow", F32(r->yarn_beta_slow));
-    if (!st && r->yarn_ext_set)
-        st = put(ld, "rope.scaling.yarn_ext_factor", F32(r->yarn_ext_factor));
-    return st;
+    /* each option given, as the key "{arch}.{suffix}" */
+    const struct {
+        int given;
+        const char *suffix;
+        mvm_gguf_override o;
+    } keys[] = {
+        {r->scaling != NULL, "rope.scaling.type", {.type = MVM_GGUF_STR, .s = r->scaling}},
+        {r->scale != 0, "rope.scaling.factor", F32(r->scale)},
+        {r->freq_base != 0, "rope.freq_base", F32(r->freq_base)},
+        {r->yarn_orig_ctx != 0, "rope.scaling.original_context_length",
+         {.type = MVM_GGUF_I64, .i = r->yarn_orig_ctx}},
+        {r->yarn_beta_fast != 0, "rope.scaling.yarn_beta_fast", F32(r->yarn_beta_fast)},
+        {r->yarn_beta_slow != 0, "rope.scaling.yarn_beta_slow", F32(r->yarn_beta_slow)},
+        {r->yarn_ext_set, "rope.scaling.yarn_ext_factor", F32(r->yarn_ext_factor)},
+    };
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        if (!keys[k].given)
+            continue;
+        mvm_gguf_override o = keys[k].o;
+        snprintf(o.key, sizeof o.key, "%s.%s", ld->arch->name, keys[k].suffix);
+        if (mvm_gguf_override_apply(ld->g, &o) != MVM_OK)
+            return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
+    }
+    return MVM_OK;
 }
