@@ -6,7 +6,9 @@
  *     as the same calls, arguments typed by the tools' schemas;
  *   - hand cases of every syntax, and what is not a call staying content;
  *   - streaming: every prefix of every case, read as partial, gives content and reasoning
- *     that are prefixes of the whole reply's, and calls that are its first ones;
+ *     that are prefixes of the whole reply's, and calls that are its first ones; held by a
+ *     grammar, calls while they are written, each reading extending the one before, a
+ *     reply cut anywhere ending as its stream went, the arguments in several pieces;
  *   - the grammars that force a call accept the calls the reader reads and refuse others.
  */
 #include "check.h"
@@ -402,6 +404,135 @@ static void test_partial_prefixes(void)
     cJSON_Delete(tools);
 }
 
+/* A stream's invariant between two readings (held: chat_reply.h): content and reasoning
+ * grow, the calls before the last are the same, the last keeps its name and its arguments
+ * grow, new calls only after it. */
+static int extends(const cJSON *before, const cJSON *after)
+{
+    const cJSON *bc = cJSON_GetObjectItemCaseSensitive(before, "tool_calls");
+    const cJSON *ac = cJSON_GetObjectItemCaseSensitive(after, "tool_calls");
+    const int nb = cJSON_GetArraySize(bc);
+    if (!before || !after || !prefix_of(content_of(before), content_of(after)) ||
+        !prefix_of(str(before, "reasoning_content"), str(after, "reasoning_content")) ||
+        nb > cJSON_GetArraySize(ac))
+        return 0;
+    for (int k = 0; k < nb; k++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(bc, k), "function");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ac, k), "function");
+        if (strcmp(str(b, "name"), str(a, "name")) ||
+            (k < nb - 1 ? strcmp(str(b, "arguments"), str(a, "arguments"))
+                        : !prefix_of(str(b, "arguments"), str(a, "arguments"))))
+            return 0;
+    }
+    return 1;
+}
+
+/* Held by a grammar, every case that makes calls streams them while they are written:
+ * each prefix's reading extends the one before and the whole reply's, a reply cut at any
+ * byte ends (read whole) as its stream went on, the whole text reads as unheld, and each
+ * case's arguments come in several pieces. */
+static void test_held_stream(void)
+{
+    cJSON *tools = cJSON_Parse(tools_json);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const reply_case *c = &cases[i];
+        if (!c->n_calls)
+            continue; /* not calls: no grammar would have let them be written */
+        mvm_chat_reply_opts o = opts(c->syntax, tools);
+        o.thinking_open = c->thinking_open, o.held = 1;
+        const size_t len = strlen(c->text);
+        cJSON *whole = mvm_chat_reply_parse(&o, c->text, len, 0), *last = NULL;
+        o.held = 0;
+        cJSON *unheld = mvm_chat_reply_parse(&o, c->text, len, 0);
+        o.held = 1;
+        CHECK(cJSON_Compare(whole, unheld, 1));
+        const char *longest = str(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(whole, "tool_calls"), 0),
+            "function"), "arguments");
+        int bad = 0, pieces = 0;
+        for (size_t n = 0; n <= len && !bad; n++) {
+            cJSON *m = mvm_chat_reply_parse(&o, c->text, n, 1);
+            cJSON *cut = mvm_chat_reply_parse(&o, c->text, n, 0);
+            const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+            const char *args = str(cJSON_GetObjectItemCaseSensitive(
+                                       cJSON_GetArrayItem(calls, cJSON_GetArraySize(calls) - 1),
+                                       "function"), "arguments");
+            const char *before = str(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(last, "tool_calls"),
+                                   cJSON_GetArraySize(calls) - 1), "function"), "arguments");
+            pieces += args && args[0] && (!before || strcmp(args, before));
+            bad = !extends(last ? last : m, m) || !extends(m, whole) || !extends(m, cut);
+            if (bad)
+                fprintf(stderr, "held case %zu, %zu of %zu bytes\n", i, n, len),
+                    dump("before", last), dump("partial", m), dump("cut there", cut);
+            cJSON_Delete(last), cJSON_Delete(cut);
+            last = m;
+        }
+        CHECK(!bad && (pieces >= 3 || strlen(longest) < 8)); /* "{}" comes in two */
+        if (pieces < 3 && strlen(longest) >= 8)
+            fprintf(stderr, "held case %zu: arguments in %d pieces\n", i, pieces);
+        cJSON_Delete(last), cJSON_Delete(whole), cJSON_Delete(unheld);
+    }
+    cJSON_Delete(tools);
+}
+
+/* What a held reading says of a call still being written, syntax by syntax. */
+static void test_held_cases(void)
+{
+    static const struct {
+        mvm_chat_syntax syntax;
+        int partial;
+        const char *text, *name, *args; /* name NULL: no call */
+    } held[] = {
+        {MVM_CHAT_HERMES, 1, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+         "\"Os", "get_weather", "{\"city\":\"Os"},
+        {MVM_CHAT_HERMES, 1, "<tool_call>\n{\"name\": \"get_wea", NULL, NULL},
+        {MVM_CHAT_HERMES, 1, "<tool_call>\n{\"name\": \"search\", \"arg", "search", ""},
+        {MVM_CHAT_HERMES, 0, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"n\": 1",
+         "search", "{"},
+        {MVM_CHAT_QWEN3_CODER, 1, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOs",
+         "get_weather", "{\"city\":\"Os"},
+        {MVM_CHAT_QWEN3_CODER, 1, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo"
+         "\n</param", "get_weather", "{\"city\":\"Oslo"},
+        {MVM_CHAT_QWEN3_CODER, 1, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo"
+         "\n</parameter>\n<parameter=days>\n1", "get_weather", "{\"city\":\"Oslo\""},
+        {MVM_CHAT_QWEN3_CODER, 1, "<tool_call>\n<function=get_wea", NULL, NULL},
+        {MVM_CHAT_GLM45, 1, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>O",
+         "get_weather", "{\"city\":\"O"},
+        {MVM_CHAT_GLM45, 1, "<tool_call>get_wea", NULL, NULL},
+        {MVM_CHAT_MINIMAX_M2, 1, "<minimax:tool_call>\n<invoke name=\"search\">\n<parameter "
+         "name=\"q\">a b", "search", "{\"q\":\"a b"},
+        {MVM_CHAT_DEEPSEEK_V31, 1, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>"
+         "{\"q\": \"x\", \"n\": 2", "search", "{\"q\":\"x\""},
+        {MVM_CHAT_DEEPSEEK_R1, 0, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+         "search\n```json\n{\"q\": \"x\\u00", "search", "{\"q\":\"x"},
+        {MVM_CHAT_KIMI_K2, 1, "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+         "<|tool_call_argument_begin|>{\"q\": [", "search", "{\"q\":["},
+        {MVM_CHAT_MISTRAL, 1, "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {}}, {\"name\":"
+         " \"get_weather\", \"arguments\": {\"city\": \"B", "get_weather", "{\"city\":\"B"},
+        {MVM_CHAT_MISTRAL, 1, "[TOOL_CALLS]search[ARGS]{\"q\": \"m", "search", "{\"q\":\"m"},
+        {MVM_CHAT_HARMONY, 1, "<|start|>assistant<|channel|>commentary to=functions.search "
+         "<|constrain|>json<|message|>{\"q\": \"wh", "search", "{\"q\":\"wh"},
+    };
+    cJSON *tools = cJSON_Parse(tools_json);
+    for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
+        mvm_chat_reply_opts o = opts(held[i].syntax, tools);
+        o.held = 1;
+        cJSON *m = mvm_chat_reply_parse(&o, held[i].text, strlen(held[i].text), held[i].partial);
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(calls, cJSON_GetArraySize(calls) - 1), "function");
+        const int ok = held[i].name ? fn && !strcmp(str(fn, "name"), held[i].name) &&
+                                          !strcmp(str(fn, "arguments"), held[i].args)
+                                    : !calls;
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "held case %zu\n", i), dump("got", m);
+        cJSON_Delete(m);
+    }
+    cJSON_Delete(tools);
+}
+
 /* Reading with tools or reasoning off leaves their markup in the content. */
 static void test_options_off(void)
 {
@@ -631,6 +762,8 @@ int main(int argc, char **argv)
     RUN(test_template_round_trips);
     RUN(test_cases);
     RUN(test_partial_prefixes);
+    RUN(test_held_stream);
+    RUN(test_held_cases);
     RUN(test_options_off);
     RUN(test_tool_grammar);
     TEST_END();

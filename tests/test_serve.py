@@ -670,10 +670,18 @@ def call_ok(body, c, i, names=("get_weather", "search")):
 
 
 def streamed_calls(events):
-    """The calls of a chat stream's deltas, each whole in one (its index in it)."""
+    """The calls of a chat stream's deltas, as OpenAI's client adds them up: a call begins
+    with its index, id and name; more of the last one's arguments may follow (a grammar
+    holds the calls, so they stream while written)."""
     calls = []
     for e in events:
         for c in e["choices"][0]["delta"].get("tool_calls", []):
+            if "id" not in c:
+                check(c["index"] == len(calls) - 1 and set(c) == {"index", "function"} and
+                      set(c["function"]) == {"arguments"},
+                      f"stream: more of call {len(calls) - 1}'s arguments: {c}")
+                calls[-1]["function"]["arguments"] += c["function"]["arguments"]
+                continue
             check(c["index"] == len(calls), f"stream: call index {c} after {len(calls)}")
             calls.append({k: v for k, v in c.items() if k != "index"})
     return calls

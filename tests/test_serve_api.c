@@ -20,7 +20,9 @@
 
 #include "check.h"
 #include "engine/grammar/grammar.h"
+#include "tools/serve_anthropic.h"
 #include "tools/serve_api.h"
+#include "tools/serve_responses.h"
 
 static const char *const seeds[] = {
     "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0.5, "
@@ -481,6 +483,73 @@ static void test_sampling_fields(const serve_api *a)
     }
 }
 
+/* Appends v (a string) to *acc (malloc'd). */
+static void append(char **acc, const cJSON *v)
+{
+    const size_t n = *acc ? strlen(*acc) : 0, k = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+    char *grown = realloc(*acc, n + k + 1);
+    if (grown)
+        memcpy(grown + n, k ? v->valuestring : "", k + 1), *acc = grown;
+}
+
+/* A held call streamed as its text grows a byte at a time: the chat's deltas begin it with
+ * its id and name, then bring its arguments in pieces that add up to the whole message's;
+ * Anthropic's input_json_deltas and the Responses API's argument deltas add up to them too,
+ * each in one block or item. */
+static void streamed_pieces(serve_req *r)
+{
+    static const char text[] = "Let me see.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                               "{\"n\": 31415}}\n</tool_call>";
+    serve_sent sent = {0};
+    serve_anthropic_stream an = {0};
+    serve_responses_stream rs = {0};
+    char *args = NULL, *events = NULL;
+    int pieces = 0, begun = 0;
+    for (size_t n = 0; n <= sizeof text - 1; n++) {
+        cJSON *d = serve_tools_delta(r, text, n, n == sizeof text - 1, &sent);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(d, "tool_calls"))
+        {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+            const int first = cJSON_GetObjectItemCaseSensitive(c, "id") != NULL;
+            CHECK(cJSON_GetObjectItemCaseSensitive(c, "index")->valueint == 0);
+            CHECK(first == !begun && (!first || !strcmp(cJSON_GetStringValue(
+                      cJSON_GetObjectItemCaseSensitive(fn, "name")), "f")));
+            begun = 1, pieces++;
+            append(&args, cJSON_GetObjectItemCaseSensitive(fn, "arguments"));
+        }
+        char *a = d ? serve_anthropic_delta(&an, d) : NULL;
+        char *e = d ? serve_responses_delta(r, &rs, d) : NULL;
+        cJSON *as = cJSON_CreateString(a ? a : ""), *es = cJSON_CreateString(e ? e : "");
+        append(&events, as), append(&events, es);
+        cJSON_Delete(as), cJSON_Delete(es), free(a), free(e), cJSON_Delete(d);
+    }
+    cJSON *m = serve_tools_message(r, text, sizeof text - 1);
+    const char *whole = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
+            cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), 0), "function"), "arguments"));
+    CHECK(whole && args && !strcmp(args, whole) && !strcmp(whole, "{\"n\":31415}"));
+    CHECK(pieces >= 3);
+    /* the other APIs' events carry the same pieces */
+    char *anth = NULL, *resp = NULL;
+    for (const char *at = events; at && (at = strstr(at, "data: ")); at++) {
+        const char *eol = strchr(at, '\n');
+        cJSON *o = cJSON_ParseWithLength(at + 6, eol ? (size_t)(eol - at - 6) : strlen(at + 6));
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type"));
+        const cJSON *delta = cJSON_GetObjectItemCaseSensitive(o, "delta");
+        if (type && !strcmp(type, "content_block_delta"))
+            append(&anth, cJSON_GetObjectItemCaseSensitive(delta, "partial_json"));
+        if (type && !strcmp(type, "response.function_call_arguments.delta"))
+            append(&resp, delta);
+        cJSON_Delete(o);
+    }
+    CHECK(anth && resp && !strcmp(anth, whole) && !strcmp(resp, whole));
+    CHECK(an.open == 3 && an.calls == 1 && rs.open == 3);
+    serve_responses_stream_free(&rs);
+    cJSON_Delete(m);
+    free(args), free(events), free(anth), free(resp);
+}
+
 /* A chat's tools under "auto": a lazy grammar lets the reply be anything until the
  * syntax's call begins (this preset's: Hermes), then holds the call to the tools; "none"
  * and a request's own grammar make none, "required" one that is not lazy. */
@@ -508,6 +577,7 @@ static void test_lazy_tools(const serve_api *api)
             continue;
         }
         CHECK(r->lazy_call == (i == 0) && (r->grammar != NULL) == (i != 1));
+        CHECK(r->reply.held == (i == 0 || i == 2)); /* a tool grammar holds the calls */
         static const char call[] = "\n{\"name\": \"f\", \"arguments\": {\"n\": 3}}\n"
                                    "</tool_call>";
         if (i == 0) {
@@ -519,6 +589,8 @@ static void test_lazy_tools(const serve_api *api)
         }
         if (i == 2)
             CHECK(!mvm_grammar_accept_text(r->grammar, "Let me", 6));
+        if (i == 0)
+            streamed_pieces(r);
         serve_req_release(r);
     }
 }

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/chat/json_prefix.h"
 #include "tools/cli.h"
 #include "tools/serve_anthropic.h"
 
@@ -400,7 +401,12 @@ static cJSON *tool_use(const cJSON *call)
 {
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-    cJSON *input = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+    cJSON *input = NULL;
+    size_t owed, end;
+    /* arguments the reply's end cut off (chat_reply.h) as far as they go, as Anthropic's
+     * SDK reads a stream's partial JSON */
+    if (cJSON_IsString(args))
+        mvm_json_heal(args->valuestring, strlen(args->valuestring), &input, &owed, &end);
     if (!cJSON_IsObject(input))
         cJSON_Delete(input), input = cJSON_CreateObject();
     cJSON *b = cJSON_CreateObject();
@@ -484,27 +490,32 @@ static int text_delta(void *ctx, int kind, const char *text, char **buf, size_t 
     return serve_api_typed_event(buf, len, d);
 }
 
-/* A whole call as its block: the start with an empty input, the arguments as one
- * input_json_delta, the stop. */
+/* A call as its block: begun (its id) with an empty input, then its arguments as
+ * input_json_deltas, in one piece or several (serve_tools_delta's); stopped when the next
+ * block begins or the message ends. */
 static int call_blocks(void *ctx, const cJSON *call, char **buf, size_t *len)
 {
     serve_anthropic_stream *s = ctx;
-    if (close_block(s, buf, len))
-        return -1;
-    cJSON *b = tool_use(call);
-    char *args = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(b, "input"));
-    cJSON_ReplaceItemInObjectCaseSensitive(b, "input", cJSON_CreateObject());
-    cJSON *start = block_event("content_block_start", s->blocks);
-    cJSON_AddItemToObject(start, "content_block", b);
+    const char *args = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(call, "function"), "arguments"));
+    if (cJSON_GetObjectItemCaseSensitive(call, "id")) {
+        if (close_block(s, buf, len))
+            return -1;
+        cJSON *b = tool_use(call);
+        cJSON_ReplaceItemInObjectCaseSensitive(b, "input", cJSON_CreateObject());
+        cJSON *start = block_event("content_block_start", s->blocks);
+        cJSON_AddItemToObject(start, "content_block", b);
+        if (serve_api_typed_event(buf, len, start))
+            return -1;
+        s->open = 3, s->calls++;
+    }
+    if (!args || !args[0])
+        return 0;
     cJSON *d = block_event("content_block_delta", s->blocks);
     cJSON *delta = cJSON_AddObjectToObject(d, "delta");
     cJSON_AddStringToObject(delta, "type", "input_json_delta");
-    cJSON_AddStringToObject(delta, "partial_json", args ? args : "{}");
-    free(args);
-    s->calls++;
-    int rc = serve_api_typed_event(buf, len, start); /* each call frees its event */
-    rc |= serve_api_typed_event(buf, len, d);
-    return rc | serve_api_typed_event(buf, len, block_event("content_block_stop", s->blocks++));
+    cJSON_AddStringToObject(delta, "partial_json", args);
+    return serve_api_typed_event(buf, len, d);
 }
 
 char *serve_anthropic_start(const serve_api *a, const serve_req *r)

@@ -19,7 +19,7 @@ char *serve_anthropic_response(const serve_api *a, const serve_req *r);
 
 /* What a stream has opened and sent of its content blocks. */
 typedef struct serve_anthropic_stream {
-    int open;        /* the block being written: 0 none, 1 thinking, 2 text */
+    int open;        /* the block being written: 0 none, 1 thinking, 2 text, 3 tool_use */
     uint32_t blocks; /* blocks started and stopped (the open one's index) */
     int calls;       /* tool_use blocks sent */
 } serve_anthropic_stream;

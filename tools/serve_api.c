@@ -468,6 +468,7 @@ static int bind_tools(const serve_api *a, serve_req *r, char *bad, size_t cap)
     free(gbnf);
     if (!rc && r->lazy_call)
         rc = serve_tools_lazy(r, bad, cap);
+    r->reply.held = !rc; /* a call begun ends as one: it may be streamed while written */
     return rc;
 }
 

@@ -98,11 +98,12 @@ int serve_bias_copy(const serve_req *from, serve_req *to);
 
 /* ---- a chat's tools and its reply's parts (serve_tools.c) ---- */
 
-/* What a stream has sent of a chat's parsed reply: bytes of its reasoning and content, and
- * its calls. */
+/* What a stream has sent of a chat's parsed reply: bytes of its reasoning and content, its
+ * calls begun, and bytes of the last one's arguments. */
 typedef struct serve_sent {
     size_t reasoning, content;
     int calls;
+    size_t args;
 } serve_sent;
 
 /* A chat body's `tools`, `tool_choice`, `parallel_tool_calls` and `reasoning_format` into
@@ -126,7 +127,10 @@ cJSON *serve_tools_message(const serve_req *r, const char *text, size_t n);
 /* A done request's finish reason: "tool_calls" for a "stop" that made calls. */
 const char *serve_tools_finish(const char *finish, int calls);
 /* The delta of a stream's next chunk for the reply text[0..n) so far (final: all of it),
- * past what *sent says was sent (updated); NULL when there is nothing new to send. */
+ * past what *sent says was sent (updated); NULL when there is nothing new to send. A call
+ * comes first with its id, index, name and the arguments so far; where a grammar holds the
+ * calls (r->reply.held) more of the last one's arguments may follow, each piece as
+ * {"index", "function": {"arguments"}} (OpenAI's stream). */
 cJSON *serve_tools_delta(const serve_req *r, const char *text, size_t n, int final,
                          serve_sent *sent);
 

@@ -504,12 +504,36 @@ static cJSON *item_added(serve_responses_stream *s, const char *type, cJSON *ite
     return o;
 }
 
+/* The open call's done events: its arguments whole, the item. */
+static int finish_call(serve_responses_stream *s, const char *args, char **buf, size_t *len)
+{
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->call, "function"),
+                                           "arguments", cJSON_CreateString(args));
+    cJSON *done = call_out(s->call, 1);
+    cJSON *e = event(s, "response.function_call_arguments.done");
+    cJSON_AddNumberToObject(e, "output_index", s->items);
+    cJSON_AddItemToObject(e, "item_id",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(done, "id"), 1));
+    cJSON_AddStringToObject(e, "arguments", args);
+    int rc = serve_api_typed_event(buf, len, e); /* each call frees its event */
+    rc |= serve_api_typed_event(buf, len, item_added(s, "response.output_item.done", done));
+    cJSON_Delete(s->call);
+    s->call = NULL;
+    return rc;
+}
+
 /* The open item's done events, if one is open. */
 static int finish_item(serve_responses_stream *s, const serve_req *r, char **buf, size_t *len)
 {
     if (!s->open)
         return 0;
     const char *text = s->text ? s->text : "";
+    if (s->open == 3) {
+        const int rc = finish_call(s, text, buf, len);
+        free(s->text);
+        s->text = NULL, s->len = 0, s->open = 0, s->items++;
+        return rc;
+    }
     cJSON *d = item_event(s, r, s->open == 1 ? "response.reasoning_text.done"
                                              : "response.output_text.done", 1);
     cJSON_AddStringToObject(d, "text", text);
@@ -524,6 +548,18 @@ static int finish_item(serve_responses_stream *s, const serve_req *r, char **buf
     free(s->text);
     s->text = NULL, s->len = 0, s->open = 0, s->items++;
     return rc;
+}
+
+/* text appended to the open item's; -1 without memory. */
+static int keep_text(serve_responses_stream *s, const char *text)
+{
+    const size_t n = strlen(text);
+    char *grown = realloc(s->text, s->len + n + 1);
+    if (!grown)
+        return -1;
+    memcpy(grown + s->len, text, n + 1);
+    s->text = grown, s->len += n;
+    return 0;
 }
 
 /* Text of an item kind (1 reasoning, 2 message) as a delta, the item added first. */
@@ -544,42 +580,40 @@ static int text_delta(serve_responses_stream *s, const serve_req *r, int kind, c
                 return -1;
         }
     }
-    const size_t n = strlen(text);
-    char *grown = realloc(s->text, s->len + n + 1);
-    if (!grown)
+    if (keep_text(s, text))
         return -1;
-    memcpy(grown + s->len, text, n + 1);
-    s->text = grown, s->len += n;
     cJSON *d = item_event(s, r, kind == 1 ? "response.reasoning_text.delta"
                                           : "response.output_text.delta", 1);
     cJSON_AddStringToObject(d, "delta", text);
     return serve_api_typed_event(buf, len, d);
 }
 
-/* A whole call as its item: added, its arguments as one delta, done. */
+/* A call as its item: added (its first piece, with its id) with empty arguments, then its
+ * arguments as deltas, in one piece or several (serve_tools_delta's); done when the next
+ * item begins or the response ends. */
 static int call_events(serve_responses_stream *s, const serve_req *r, const cJSON *call,
                        char **buf, size_t *len)
 {
-    if (finish_item(s, r, buf, len) ||
-        serve_api_typed_event(buf, len, item_added(s, "response.output_item.added",
-                                                   call_out(call, 0))))
-        return -1;
-    cJSON *done = call_out(call, 1);
-    const char *id = cJSON_GetObjectItemCaseSensitive(done, "id")->valuestring;
-    const char *args = cJSON_GetObjectItemCaseSensitive(done, "arguments")->valuestring;
+    const char *args = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(call, "function"), "arguments"));
+    if (cJSON_GetObjectItemCaseSensitive(call, "id")) {
+        if (finish_item(s, r, buf, len) ||
+            serve_api_typed_event(buf, len, item_added(s, "response.output_item.added",
+                                                       call_out(call, 0))) ||
+            !(s->call = cJSON_Duplicate(call, 1)))
+            return -1;
+        s->open = 3;
+    }
+    if (!args || !args[0] || s->open != 3)
+        return 0;
+    cJSON *added = call_out(s->call, 0);
     cJSON *d = event(s, "response.function_call_arguments.delta");
     cJSON_AddNumberToObject(d, "output_index", s->items);
-    cJSON_AddStringToObject(d, "item_id", id);
+    cJSON_AddItemToObject(d, "item_id",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(added, "id"), 1));
     cJSON_AddStringToObject(d, "delta", args);
-    cJSON *e = event(s, "response.function_call_arguments.done");
-    cJSON_AddNumberToObject(e, "output_index", s->items);
-    cJSON_AddStringToObject(e, "item_id", id);
-    cJSON_AddStringToObject(e, "arguments", args);
-    int rc = serve_api_typed_event(buf, len, d); /* each call frees its event */
-    rc |= serve_api_typed_event(buf, len, e);
-    rc |= serve_api_typed_event(buf, len, item_added(s, "response.output_item.done", done));
-    s->items++;
-    return rc;
+    cJSON_Delete(added);
+    return keep_text(s, args) || serve_api_typed_event(buf, len, d) ? -1 : 0;
 }
 
 char *serve_responses_start(const serve_api *a, const serve_req *r, serve_responses_stream *s)
@@ -650,7 +684,8 @@ char *serve_responses_end(const serve_api *a, const serve_req *r, serve_response
 void serve_responses_stream_free(serve_responses_stream *s)
 {
     free(s->text);
-    s->text = NULL;
+    cJSON_Delete(s->call);
+    s->text = NULL, s->call = NULL;
 }
 
 char *serve_responses_count(const serve_api *a, const char *body, size_t len, int *status)

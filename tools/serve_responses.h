@@ -15,11 +15,12 @@ char *serve_responses_response(const serve_api *a, const serve_req *r);
 
 /* What a stream has sent: the item being written and the text sent into it. */
 typedef struct serve_responses_stream {
-    int open;          /* the item being written: 0 none, 1 reasoning, 2 message */
+    int open;          /* the item being written: 0 none, 1 reasoning, 2 message, 3 call */
     uint32_t items;    /* output items added and done (the open one's output_index) */
     uint32_t seq;      /* the next event's sequence_number */
-    char *text;        /* the open item's text so far (malloc'd) */
+    char *text;        /* the open item's text (a call's arguments) so far (malloc'd) */
     size_t len;
+    cJSON *call;       /* the open call (serve_tools_delta's first piece of it) */
 } serve_responses_stream;
 
 /* The events of a stream (malloc'd; NULL without memory or, for a delta, when it has

@@ -6,7 +6,8 @@
  *     (llama.cpp's func_args_not_string);
  *   - the reply is read back (engine/chat/chat_reply.h, the syntax found from the template):
  *     `reasoning_content`, `content`, and `tool_calls` with ids, finish_reason "tool_calls";
- *     a stream sends each part as it becomes certain, a call whole;
+ *     a stream sends each part as it becomes certain, a call's arguments in pieces where a
+ *     grammar holds it (else whole);
  *   - `tool_choice` "required" or a function forces a call with a grammar of its tools'
  *     schemas; "none" reads no calls; `parallel_tool_calls` lets a forced reply make several;
  *   - `reasoning_format` "none" leaves the reasoning in the content (--reasoning-format).
@@ -191,27 +192,22 @@ int serve_tools_template_vars(cJSON *body, cJSON *vars)
 
 /* ---- the reply ----------------------------------------------------------------------------- */
 
-/* The calls from the n-th on get their ids ("call_" the request's id and the index) and,
- * in a stream, their indices. */
-static void name_calls(const serve_req *r, cJSON *calls, int from, int indexed)
+/* Call i gets its id ("call_" the request's id and the index) and, in a stream, its index. */
+static void name_call(const serve_req *r, cJSON *c, int i, int indexed)
 {
-    int i = 0;
-    cJSON *c;
-    cJSON_ArrayForEach(c, calls)
-    {
-        char id[80];
-        snprintf(id, sizeof id, "call_%s_%d", r->id, from + i);
-        cJSON_AddItemToObject(c, "id", cJSON_CreateString(id));
-        if (indexed)
-            cJSON_AddItemToObject(c, "index", cJSON_CreateNumber(from + i));
-        i++;
-    }
+    char id[80];
+    snprintf(id, sizeof id, "call_%s_%d", r->id, i);
+    cJSON_AddItemToObject(c, "id", cJSON_CreateString(id));
+    if (indexed)
+        cJSON_AddItemToObject(c, "index", cJSON_CreateNumber(i));
 }
 
 cJSON *serve_tools_message(const serve_req *r, const char *text, size_t n)
 {
-    cJSON *m = mvm_chat_reply_parse(&r->reply, text, n, 0);
-    name_calls(r, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), 0, 0);
+    cJSON *m = mvm_chat_reply_parse(&r->reply, text, n, 0), *c;
+    int i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"))
+        name_call(r, c, i++, 0);
     return m;
 }
 
@@ -236,15 +232,30 @@ cJSON *serve_tools_delta(const serve_req *r, const char *text, size_t n, int fin
             *at[i] = len, any = 1;
         }
     }
-    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *fresh = NULL;
     const int n_calls = cJSON_GetArraySize(calls);
-    if (d && n_calls > sent->calls) {
-        cJSON *fresh = cJSON_AddArrayToObject(d, "tool_calls");
-        for (int i = sent->calls; fresh && i < n_calls; i++)
-            cJSON_AddItemToArray(fresh, cJSON_Duplicate(cJSON_GetArrayItem(calls, i), 1));
-        name_calls(r, fresh, sent->calls, 1);
-        sent->calls = n_calls, any = 1;
+    /* the last call begun may have more of its arguments (chat_reply.h: held) */
+    for (int i = sent->calls ? sent->calls - 1 : 0; d && i < n_calls; i++) {
+        cJSON *c = cJSON_GetArrayItem(calls, i);
+        const char *args = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(c, "function"), "arguments"));
+        const size_t len = args ? strlen(args) : 0;
+        if (i < sent->calls && len <= sent->args)
+            continue;
+        cJSON *item = i < sent->calls ? cJSON_CreateObject() : cJSON_Duplicate(c, 1);
+        if (!fresh)
+            fresh = cJSON_AddArrayToObject(d, "tool_calls");
+        cJSON_AddItemToArray(fresh, item);
+        if (i < sent->calls) {
+            cJSON_AddNumberToObject(item, "index", i);
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(item, "function"), "arguments",
+                                    args + sent->args);
+        } else {
+            name_call(r, item, i, 1);
+        }
+        sent->args = len, any = 1;
     }
+    sent->calls = n_calls > sent->calls ? n_calls : sent->calls;
     cJSON_Delete(m);
     if (!any) {
         cJSON_Delete(d);

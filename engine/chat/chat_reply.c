@@ -131,9 +131,7 @@ static size_t marker_tail(cr_span s, const char *const *markers)
     return best;
 }
 
-/* What of s a stream may send now: not a tail that may grow into a marker, trailing
- * whitespace (trimmed if markup follows), or a UTF-8 character not yet whole. */
-static cr_span releasable(cr_span s, const char *const *markers, int keep_space)
+cr_span cr_releasable(cr_span s, const char *const *markers, int keep_space)
 {
     for (size_t was = s.n + 1; was != s.n;) {
         was = s.n;
@@ -207,7 +205,7 @@ static void reasoning(const mvm_chat_reply_opts *o, cr_span *s, int partial, rep
         *s = ltrim(from(t, end + 8));
         return;
     }
-    put(r, 1, partial ? releasable(ltrim(t), NULL, 0) : cr_trim(t));
+    put(r, 1, partial ? cr_releasable(ltrim(t), NULL, 0) : cr_trim(t));
     s->p += s->n, s->n = 0;
 }
 
@@ -223,7 +221,7 @@ static void content_and_calls(const mvm_chat_reply_opts *o, cr_span s, int parti
             s = ltrim(s);
         const char *at = *start ? cr_find(s, start) : NULL;
         if (!at) {
-            put(r, 0, partial ? releasable(s, starts_of, !*start) : s);
+            put(r, 0, partial ? cr_releasable(s, starts_of, !*start) : s);
             return;
         }
         cr_span before = rtrim((cr_span){s.p, (size_t)(at - s.p)});
@@ -277,26 +275,16 @@ static void harmony_message(const mvm_chat_reply_opts *o, cr_span m, int open, i
         body.n = (size_t)(end - body.p), open = 0;
     cr_span channel = header_word(h, "<|channel|>"), to = header_word(h, "to=");
     if (to.n > 10 && !memcmp(to.p, "functions.", 10) && o->tools) {
-        if (open && partial)
-            return;
-        cr_span args = cr_trim(body);
-        cJSON *json = cJSON_ParseWithLength(args.p, args.n);
-        char *text = cJSON_IsObject(json) ? cJSON_PrintUnformatted(json) : NULL;
-        char *name = strndup(to.p + 10, to.n - 10);
-        cJSON *call = text && name ? cJSON_CreateObject() : NULL, *fn;
-        if (call && (fn = cJSON_AddObjectToObject(call, "function")) &&
-            cJSON_AddStringToObject(fn, "name", name) &&
-            cJSON_AddStringToObject(fn, "arguments", text)) {
-            cJSON_AddStringToObject(call, "type", "function");
-            cJSON_AddItemToArray(r->calls, call), call = NULL;
-        } else if (!json || !cJSON_IsObject(json)) {
+        const int writing = open && partial;
+        if (writing && !o->held)
+            return; /* unheld, a call is reported whole */
+        if (cr_json_call(r->calls, (cr_span){to.p + 10, to.n - 10}, body, open && o->held) < 0 &&
+            !writing)
             put(r, 0, body); /* not a call's arguments: what it said is kept */
-        }
-        cJSON_Delete(call), cJSON_Delete(json), free(text), free(name);
         return;
     }
     const int thought = channel.n == 8 && !memcmp(channel.p, "analysis", 8);
-    put(r, thought, open && partial ? releasable(body, hold, 0) : body);
+    put(r, thought, open && partial ? cr_releasable(body, hold, 0) : body);
 }
 
 static void harmony(const mvm_chat_reply_opts *o, cr_span s, int partial, reply *r)

@@ -30,6 +30,16 @@
  * unfinished UTF-8 character) is held back, and a call is reported only once it is whole,
  * so that each partial message's content and reasoning are prefixes of the next one's and
  * its calls the first of the next one's: a stream sends the differences.
+ *
+ * Where a grammar holds the calls to their markup (`held`: serve's tool grammars, forced or
+ * lazy), a call is reported as soon as its name is whole, with its arguments as far as
+ * they are certain (engine/chat/json_prefix.h; an XML syntax's whole parameters and a
+ * string parameter's text so far), as llama.cpp's server streams them: each partial
+ * message's calls are then the next one's but for the last, whose arguments are a prefix
+ * of the next one's. A call the reply's end cuts off (its length, a stop string) keeps the
+ * arguments it has, as OpenAI's API returns them (a JSON text not yet whole; the finish
+ * reason says "length"). Unheld, a call that does not parse could turn out to be content,
+ * so calls stay whole.
  */
 #ifndef MVM_ENGINE_CHAT_CHAT_REPLY_H
 #define MVM_ENGINE_CHAT_CHAT_REPLY_H
@@ -69,6 +79,8 @@ typedef struct mvm_chat_reply_opts {
     int thinking_open;    /* the prompt opened the reasoning block (mvm_chat_prompt_thinks) */
     const cJSON *tool_list; /* the request's tools (OpenAI's array), for argument types; may
                                be NULL */
+    int held;             /* a grammar holds the calls to their markup: they are reported
+                             while written (above) */
 } mvm_chat_reply_opts;
 
 /* 1 when a prompt leaves the reply inside <think> (it ends with an opened block, as

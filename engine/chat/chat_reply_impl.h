@@ -21,6 +21,10 @@ typedef struct cr_span {
 const char *cr_find(cr_span s, const char *needle);
 /* s without the whitespace at its two ends. */
 cr_span cr_trim(cr_span s);
+/* What of s a stream may send now: not a tail that may grow into one of the markers (or
+ * <think>, </think>), trailing whitespace (kept when keep_space; else trimmed, as markup
+ * that follows would trim it), or a UTF-8 character not yet whole. */
+cr_span cr_releasable(cr_span s, const char *const *markers, int keep_space);
 
 /* The call block of syntax `o->syntax` that begins at s.p (with its opening marker):
  * 1 when whole, its calls added to `calls` and *used its bytes; 0 when it may yet be
@@ -28,6 +32,10 @@ cr_span cr_trim(cr_span s);
 int cr_calls(const mvm_chat_reply_opts *o, cr_span s, int partial, cJSON *calls, size_t *used);
 /* The marker that opens a call block of the syntax ("" for none). */
 const char *cr_call_start(mvm_chat_syntax s);
+/* A call of `name` whose arguments are a JSON object's text into calls: 1, or -1 when they
+ * are not one. cut (o->held, the text ends in them): the call with its arguments as far as
+ * they are certain. */
+int cr_json_call(cJSON *calls, cr_span name, cr_span args, int cut);
 
 /* ---- grammar text (chat_reply_tools.c) ---- */
 

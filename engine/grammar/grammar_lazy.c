@@ -101,7 +101,8 @@ static int scan(gr_lazy *l)
         i += m == FULL ? strlen(l->quiet_open) : !(partial || m == PARTIAL);
         wait = partial || m == PARTIAL;
     }
-    memmove(l->buf, l->buf + i, l->n - i);
+    if (i) /* (nothing kept yet: no buffer either) */
+        memmove(l->buf, l->buf + i, l->n - i);
     l->n -= i;
     return fired;
 }

@@ -23,7 +23,8 @@
  *   - a chat's reply read into its parts (the syntax picked by the input's length): its
  *     message well formed (content, reasoning, calls with ids and JSON-object arguments,
  *     "tool_calls" the finish where it has calls), and its stream's deltas, the reply cut
- *     anywhere, adding up to that message.
+ *     anywhere, adding up to that message (a call's arguments in pieces where the grammar
+ *     holds the calls and lets the reply through).
  * The engine is a double here (mvm_engine_tokenize: a token a byte; mvm_engine_chat_format:
  * "role: content" lines, refusing what a template could not render): the tokenizers and
  * the chat templates have their own targets (fuzz_inputs.c), this one is the JSON around
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/chat/json_prefix.h"
 #include "engine/forward/sampler.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/grammar_impl.h"
@@ -322,8 +324,15 @@ static void check_message(const cJSON *choice, const serve_req *r)
         require(!strcmp(cJSON_GetObjectItemCaseSensitive(c, "id")->valuestring, id));
         require(cJSON_IsString(name) && name->valuestring[0] && cJSON_IsString(args));
         cJSON *parsed_args = cJSON_Parse(args->valuestring);
-        require(cJSON_IsObject(parsed_args));
-        cJSON_Delete(parsed_args);
+        char *certain = NULL;
+        size_t end;
+        /* held, a call the reply's end cut off has the certain part of its arguments */
+        require(cJSON_IsObject(parsed_args) ||
+                (r->reply.held &&
+                 mvm_json_prefix(args->valuestring, strlen(args->valuestring), &certain,
+                                 &end) == 0 &&
+                 !strcmp(certain ? certain : "", args->valuestring)));
+        cJSON_Delete(parsed_args), free(certain);
     }
 }
 
@@ -356,8 +365,21 @@ static void check_deltas(const serve_req *r, const char *want, const cJSON *mess
         gather(&content, d, "content");
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(d, "tool_calls"))
         {
+            /* a call begins with its id; more of the last one's arguments follow (held) */
             const cJSON *ix = cJSON_GetObjectItemCaseSensitive(c, "index");
-            require(cJSON_IsNumber(ix) && ix->valueint == cJSON_GetArraySize(calls));
+            const int more = !cJSON_GetObjectItemCaseSensitive(c, "id");
+            require(cJSON_IsNumber(ix) && ix->valueint == cJSON_GetArraySize(calls) - more &&
+                    (!more || r->reply.held));
+            if (more) {
+                cJSON *fn = cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetArrayItem(calls, ix->valueint), "function");
+                char *args = NULL;
+                gather(&args, fn, "arguments");
+                gather(&args, cJSON_GetObjectItemCaseSensitive(c, "function"), "arguments");
+                cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", cJSON_CreateString(args));
+                free(args);
+                continue;
+            }
             cJSON *copy = cJSON_Duplicate(c, 1);
             cJSON_DeleteItemFromObjectCaseSensitive(copy, "index");
             cJSON_AddItemToArray(calls, copy);
@@ -398,6 +420,11 @@ static void check_answers(const serve_api *a, serve_req *r, const char *text, si
         r->n_gen++;
     }
     r->finish = "stop";
+    /* the engine writes only what the request's grammar lets through, a token at a time
+     * (a lazy grammar constrains from its trigger's token on): a reply it refuses is read
+     * as one no grammar held */
+    for (size_t i = 0; r->grammar && r->reply.held && i < n; i++)
+        r->reply.held = mvm_grammar_accept_text(r->grammar, text + i, 1);
     char *want = mvm_cli_valid_utf8(text, n);
     require(want != NULL && strlen(want) >= n); /* every byte kept, or replaced */
     char *json = r->kind == SERVE_LLAMA ? serve_llama_response(a, r) : serve_api_response(a, r);

@@ -87,6 +87,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     "$root/tools/cli_think.c" "$root/engine/chat/think_budget.c" \
     "$root"/engine/forward/sampler*.c \
     "$root/tools/cli_utf8.c" "$root"/engine/grammar/*.c "$root"/engine/chat/chat_reply*.c \
+    "$root/engine/chat/json_prefix.c" \
     "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
     -o "$out/fuzz_serve" ||
     fail "building fuzz_serve failed"
@@ -168,6 +169,11 @@ printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3'
 printf '%s' '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required", "parallel_tool_calls": true}' | serve_seed 1 chat-tools
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}<think>r</think>c<tool_call>{"name":"f","arguments":{}}' | serve_seed 221 chat-tool-reply
 printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "reasoning_format": "auto"}<|start|>assistant to=functions.f<|channel|>x<|message|>{}' | serve_seed 233 chat-harmony-reply
+# a held call cut off by the reply's end: its arguments streamed in pieces, kept as far as
+# they go
+printf '%s' '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}], "tool_choice": "required"}' |
+    cat - <(printf '<tool_call>\n{"name": "f", "arguments": {"q": "a long text cut') |
+    serve_seed 245 chat-tool-cut
 # Anthropic's Messages (checked on the chat route too: fuzz_serve.c's check_anthropic),
 # with every kind of block and a reply of reasoning, text and a call
 printf '%s' '{"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}, {"type": "text", "text": "a"}, {"type": "tool_use", "id": "u", "name": "f", "input": {"a": 1}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u", "content": [{"type": "text", "text": "r"}]}]}], "tools": [{"name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}], "tool_choice": {"type": "auto"}, "stop_sequences": ["z"], "thinking": {"type": "enabled", "budget_tokens": 5}, "stream": true}<think>r</think>c<tool_call>{"name":"f","arguments":{}}' | serve_seed 221 anthropic-messages
