@@ -384,6 +384,14 @@ static cJSON *message_out(const serve_req *r, const char *text, int done)
 }
 
 /* A call of the chat's shape as a function_call item (its arguments "" until done). */
+/* A call's item id: "fc_" and its call id. */
+static const char *call_item_id(const cJSON *call, char *buf, size_t cap)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(call, "id");
+    snprintf(buf, cap, "fc_%s", cJSON_IsString(id) ? id->valuestring : "");
+    return buf;
+}
+
 static cJSON *call_out(const cJSON *call, int done)
 {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(call, "id");
@@ -391,10 +399,9 @@ static cJSON *call_out(const cJSON *call, int done)
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
     char item[96];
-    snprintf(item, sizeof item, "fc_%s", cJSON_IsString(id) ? id->valuestring : "");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "function_call");
-    cJSON_AddStringToObject(o, "id", item);
+    cJSON_AddStringToObject(o, "id", call_item_id(call, item, sizeof item));
     cJSON_AddStringToObject(o, "call_id", cJSON_IsString(id) ? id->valuestring : "");
     cJSON_AddStringToObject(o, "name", cJSON_IsString(name) ? name->valuestring : "");
     cJSON_AddStringToObject(o, "arguments",
@@ -504,19 +511,27 @@ static cJSON *item_added(serve_responses_stream *s, const char *type, cJSON *ite
     return o;
 }
 
+/* An event about the open call's arguments: its output_index, item_id, and key: text. */
+static cJSON *args_event(serve_responses_stream *s, const char *type, const char *key,
+                         const char *text)
+{
+    char item[96];
+    cJSON *e = event(s, type);
+    cJSON_AddNumberToObject(e, "output_index", s->items);
+    cJSON_AddStringToObject(e, "item_id", call_item_id(s->call, item, sizeof item));
+    cJSON_AddStringToObject(e, key, text);
+    return e;
+}
+
 /* The open call's done events: its arguments whole, the item. */
 static int finish_call(serve_responses_stream *s, const char *args, char **buf, size_t *len)
 {
     cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->call, "function"),
                                            "arguments", cJSON_CreateString(args));
-    cJSON *done = call_out(s->call, 1);
-    cJSON *e = event(s, "response.function_call_arguments.done");
-    cJSON_AddNumberToObject(e, "output_index", s->items);
-    cJSON_AddItemToObject(e, "item_id",
-                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(done, "id"), 1));
-    cJSON_AddStringToObject(e, "arguments", args);
-    int rc = serve_api_typed_event(buf, len, e); /* each call frees its event */
-    rc |= serve_api_typed_event(buf, len, item_added(s, "response.output_item.done", done));
+    int rc = serve_api_typed_event(
+        buf, len, args_event(s, "response.function_call_arguments.done", "arguments", args));
+    rc |= serve_api_typed_event(buf, len, item_added(s, "response.output_item.done",
+                                                     call_out(s->call, 1)));
     cJSON_Delete(s->call);
     s->call = NULL;
     return rc;
@@ -606,14 +621,10 @@ static int call_events(serve_responses_stream *s, const serve_req *r, const cJSO
     }
     if (!args || !args[0] || s->open != 3)
         return 0;
-    cJSON *added = call_out(s->call, 0);
-    cJSON *d = event(s, "response.function_call_arguments.delta");
-    cJSON_AddNumberToObject(d, "output_index", s->items);
-    cJSON_AddItemToObject(d, "item_id",
-                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(added, "id"), 1));
-    cJSON_AddStringToObject(d, "delta", args);
-    cJSON_Delete(added);
-    return keep_text(s, args) || serve_api_typed_event(buf, len, d) ? -1 : 0;
+    if (keep_text(s, args))
+        return -1;
+    return serve_api_typed_event(
+        buf, len, args_event(s, "response.function_call_arguments.delta", "delta", args));
 }
 
 char *serve_responses_start(const serve_api *a, const serve_req *r, serve_responses_stream *s)
