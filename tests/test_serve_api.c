@@ -492,22 +492,26 @@ static void append(char **acc, const cJSON *v)
         memcpy(grown + n, k ? v->valuestring : "", k + 1), *acc = grown;
 }
 
-/* A held call streamed as its text grows a byte at a time: the chat's deltas begin it with
- * its id and name, then bring its arguments in pieces that add up to the whole message's;
- * Anthropic's input_json_deltas and the Responses API's argument deltas add up to them too,
- * each in one block or item. */
-static void streamed_pieces(serve_req *r)
+/* A held call streamed as its text grows, a byte at a time (coarse: in two deltas, the second
+ * holding the arguments' end, the block's and the text after it): the chat's deltas begin
+ * it with its id and name, then bring its arguments in pieces that add up to the whole
+ * message's; Anthropic's input_json_deltas (each into the tool_use block) and the Responses
+ * API's argument deltas add up to them too, the text after the call a block and an item of
+ * its own. */
+static void streamed_pieces(serve_req *r, int coarse)
 {
     static const char text[] = "Let me see.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
-                               "{\"n\": 31415}}\n</tool_call>";
+                               "{\"n\": 31415}}\n</tool_call>\nDone.";
+    const size_t len = sizeof text - 1;
     serve_sent sent = {0};
     serve_anthropic_stream an = {0};
     serve_responses_stream rs = {0};
-    char *args = NULL, *events = NULL;
+    char *args = NULL, *content = NULL, *events = NULL;
     int pieces = 0, begun = 0;
-    for (size_t n = 0; n <= sizeof text - 1; n++) {
-        cJSON *d = serve_tools_delta(r, text, n, n == sizeof text - 1, &sent);
+    for (size_t n = coarse ? len - 24 : 0; n <= len; n += coarse ? 24 : 1) {
+        cJSON *d = serve_tools_delta(r, text, n, n == len, &sent);
         const cJSON *c;
+        append(&content, cJSON_GetObjectItemCaseSensitive(d, "content"));
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(d, "tool_calls"))
         {
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
@@ -524,30 +528,41 @@ static void streamed_pieces(serve_req *r)
         append(&events, as), append(&events, es);
         cJSON_Delete(as), cJSON_Delete(es), free(a), free(e), cJSON_Delete(d);
     }
-    cJSON *m = serve_tools_message(r, text, sizeof text - 1);
+    cJSON *m = serve_tools_message(r, text, len);
     const char *whole = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
             cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), 0), "function"), "arguments"));
     CHECK(whole && args && !strcmp(args, whole) && !strcmp(whole, "{\"n\":31415}"));
-    CHECK(pieces >= 3);
-    /* the other APIs' events carry the same pieces */
+    CHECK(content && !strcmp(content, cJSON_GetStringValue(
+                                          cJSON_GetObjectItemCaseSensitive(m, "content"))));
+    CHECK(coarse ? pieces == 2 : pieces >= 3);
+    /* the other APIs' events carry the same pieces, each into its call's block or item */
     char *anth = NULL, *resp = NULL;
+    int tool_use[8] = {0}, misplaced = 0; /* by block index */
     for (const char *at = events; at && (at = strstr(at, "data: ")); at++) {
         const char *eol = strchr(at, '\n');
         cJSON *o = cJSON_ParseWithLength(at + 6, eol ? (size_t)(eol - at - 6) : strlen(at + 6));
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type"));
         const cJSON *delta = cJSON_GetObjectItemCaseSensitive(o, "delta");
-        if (type && !strcmp(type, "content_block_delta"))
-            append(&anth, cJSON_GetObjectItemCaseSensitive(delta, "partial_json"));
+        const int index = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "index"));
+        if (type && !strcmp(type, "content_block_start") && index < 8)
+            tool_use[index] = !strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                                          cJSON_GetObjectItemCaseSensitive(o, "content_block"),
+                                          "type")), "tool_use");
+        if (type && !strcmp(type, "content_block_delta")) {
+            const cJSON *piece = cJSON_GetObjectItemCaseSensitive(delta, "partial_json");
+            misplaced += index >= 8 || (piece != NULL) != tool_use[index];
+            append(&anth, piece);
+        }
         if (type && !strcmp(type, "response.function_call_arguments.delta"))
             append(&resp, delta);
         cJSON_Delete(o);
     }
-    CHECK(anth && resp && !strcmp(anth, whole) && !strcmp(resp, whole));
-    CHECK(an.open == 3 && an.calls == 1 && rs.open == 3);
+    CHECK(anth && resp && !strcmp(anth, whole) && !strcmp(resp, whole) && !misplaced);
+    CHECK(an.open == 2 && an.calls == 1 && an.blocks == 2 && rs.open == 2 && rs.items == 2);
     serve_responses_stream_free(&rs);
     cJSON_Delete(m);
-    free(args), free(events), free(anth), free(resp);
+    free(args), free(content), free(events), free(anth), free(resp);
 }
 
 /* A chat's tools under "auto": a lazy grammar lets the reply be anything until the
@@ -590,7 +605,7 @@ static void test_lazy_tools(const serve_api *api)
         if (i == 2)
             CHECK(!mvm_grammar_accept_text(r->grammar, "Let me", 6));
         if (i == 0)
-            streamed_pieces(r);
+            streamed_pieces(r, 0), streamed_pieces(r, 1);
         serve_req_release(r);
     }
 }

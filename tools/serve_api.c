@@ -673,12 +673,20 @@ char *serve_api_delta_events(const cJSON *delta, const serve_delta_sink *sink)
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(delta, "content"), *c;
     char *buf = NULL;
     size_t len = 0;
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(delta, "tool_calls");
     int rc = cJSON_IsString(think) ? sink->text(sink->ctx, 1, think->valuestring, &buf, &len) : 0;
+    /* more of a call begun before (no id) comes before text: text grows only after a call's
+     * block ends; a new call (its id) after the text before it */
+    cJSON_ArrayForEach(c, calls)
+    {
+        if (!rc && !cJSON_GetObjectItemCaseSensitive(c, "id"))
+            rc = sink->call(sink->ctx, c, &buf, &len);
+    }
     if (!rc && cJSON_IsString(text))
         rc = sink->text(sink->ctx, 2, text->valuestring, &buf, &len);
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls"))
+    cJSON_ArrayForEach(c, calls)
     {
-        if (!rc)
+        if (!rc && cJSON_GetObjectItemCaseSensitive(c, "id"))
             rc = sink->call(sink->ctx, c, &buf, &len);
     }
     if (rc)

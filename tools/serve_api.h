@@ -150,7 +150,8 @@ typedef struct serve_delta_sink {
     void *ctx;
 } serve_delta_sink;
 /* The events of delta (serve_tools_delta's) through sink, in a reply's order: reasoning,
- * content, each call (malloc'd); NULL when it makes none, or without memory. */
+ * the rest of the call begun before, content, each new call (malloc'd); NULL when it makes
+ * none, or without memory. */
 char *serve_api_delta_events(const cJSON *delta, const serve_delta_sink *sink);
 /* {"type": type}, the start of an event of the APIs whose events are named (Anthropic's,
  * OpenAI's Responses). */
