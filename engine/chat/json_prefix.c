@@ -253,11 +253,11 @@ int mvm_json_prefix(const char *text, size_t n, char **printed, size_t *end)
     cJSON *tree;
     size_t owed;
     *printed = NULL;
-    const int r = mvm_json_heal(text, n, &tree, &owed, end);
-    char *out = tree ? cJSON_PrintUnformatted(tree) : NULL;
+    const int r = mvm_json_heal(text, n, &tree, &owed, end), some = tree != NULL;
+    char *out = some ? cJSON_PrintUnformatted(tree) : NULL;
     cJSON_Delete(tree);
     const size_t len = out ? strlen(out) : 0;
-    if (tree && (!out || len < owed)) {
+    if (some && (!out || len < owed)) {
         free(out);
         return -1;
     }
