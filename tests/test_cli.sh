@@ -114,29 +114,41 @@ else
 fi
 
 # mkmodel and run: the main job, then every kind of bad input.
+KV_TYPES="f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or iq4_nl" # the KV cache's, as refusals list them
 m="$tmp/tiny.gguf"
 expect 0 'mkmodel: tiny qwen3moe' -- "$moevm" mkmodel --arch qwen3moe -o "$m"
 expect 0 'warning: 300 positions exceed the 256 the model was trained on' -- "$moevm" run -m "$m" -p "x" -n 2 --ctx 300
 # The KV cache: F16 by default, in half the bytes of F32 on request, or Q8_0 in 34 bytes a
-# block of 32 (17/32 of F16's); other types refused.
+# block of 32 (17/32 of F16's), Q4_0 in 18 (9/32), Q5_1 in 24 (12/32), BF16 as F16; other
+# types refused.
 kv_mib() { "$moevm" run -m "$m" -p x -n 1 --ctx 8192 "$@" 2>&1 | sed -n 's/.*KV cache \([0-9.]*\) MiB (\([a-z0-9_]*\)).*/\1 \2/p'; }
 read -r kv16 t16 <<<"$(kv_mib)"
 read -r kv32 t32 <<<"$(MOEVM_KV_TYPE=f16 kv_mib --kv-type f32)"
 read -r kv8 t8 <<<"$(kv_mib --kv-type q8_0)"
-if [ "$t16" = f16 ] && [ "$t32" = f32 ] && [ "$t8" = q8_0 ] &&
-    awk -v a="$kv16" -v b="$kv32" -v c="$kv8" 'BEGIN { d = c - 17 / 32 * a; exit !(a > 0 && b == 2 * a && d * d < 0.01) }'; then
+read -r kv4 t4 <<<"$(kv_mib -ctk q4_0 -ctv q4_0)"
+read -r kv5 t5 <<<"$(kv_mib --kv-type q5_1)"
+read -r kvb tb <<<"$(kv_mib --kv-type bf16)"
+if [ "$t16" = f16 ] && [ "$t32" = f32 ] && [ "$t8" = q8_0 ] && [ "$t4" = q4_0 ] &&
+    [ "$t5" = q5_1 ] && [ "$tb" = bf16 ] &&
+    awk -v a="$kv16" -v b="$kv32" -v c="$kv8" -v d="$kv4" -v e="$kv5" -v f="$kvb" '
+        function near(x, y) { return (x - y) * (x - y) < 0.01 }
+        BEGIN { exit !(a > 0 && b == 2 * a && near(c, 17 / 32 * a) && near(d, 9 / 32 * a) &&
+                       near(e, 12 / 32 * a) && f == a) }'; then
     pass=$((pass + 1))
 else
     fail=$((fail + 1))
-    echo "FAIL: KV cache at 8192 positions: '$kv16 $t16' by default, '$kv32 $t32' with --kv-type f32, '$kv8 $t8' with q8_0" >&2
+    echo "FAIL: KV cache at 8192 positions: '$kv16 $t16' by default, '$kv32 $t32' with --kv-type f32, '$kv8 $t8' with q8_0, '$kv4 $t4' q4_0, '$kv5 $t5' q5_1, '$kvb $tb' bf16" >&2
 fi
 expect 0 'KV cache [0-9.]+ MiB \(f32\)' -- env MOEVM_KV_TYPE=f32 "$moevm" run -m "$m" -p x -n 1
 expect 0 'KV cache [0-9.]+ MiB \(q8_0\)' -- env MOEVM_KV_TYPE=q8_0 "$moevm" run -m "$m" -p x -n 1
-expect 2 '^moevm run: --kv-type q4_0: expected f16, f32 or q8_0' -- "$moevm" run -m "$m" -p x --kv-type q4_0
-expect 1 'MOEVM_KV_TYPE=bf16: not valid \(expected one of f16\|f32\|q8_0\)' -- env MOEVM_KV_TYPE=bf16 "$moevm" run -m "$m" -p x
+expect 0 'KV cache [0-9.]+ MiB \(iq4_nl\)' -- env MOEVM_KV_TYPE=iq4_nl "$moevm" run -m "$m" -p x -n 1
+expect 2 '^moevm run: --kv-type q4_K: expected '"$KV_TYPES"'$' -- "$moevm" run -m "$m" -p x --kv-type q4_K
+expect 1 'MOEVM_KV_TYPE=q4_K: not valid \(expected one of f16\|f32\|bf16\|q8_0\|q4_0\|q4_1\|q5_0\|q5_1\|iq4_nl\)' -- env MOEVM_KV_TYPE=q4_K "$moevm" run -m "$m" -p x
 # Q8_0 wants heads of whole blocks: the tiny llama's are 16 elements.
 "$moevm" mkmodel --arch llama -o "$tmp/llama.gguf" >/dev/null
 expect 1 'a q8_0 KV cache needs heads of whole blocks of 32 elements, at most 1024; this model.s are 16: use f16' -- "$moevm" run -m "$tmp/llama.gguf" -p x -n 1 --kv-type q8_0
+expect 1 'a iq4_nl KV cache needs heads of whole blocks of 32 elements' -- "$moevm" run -m "$tmp/llama.gguf" -p x -n 1 --kv-type iq4_nl
+expect 0 'KV cache [0-9.]+ MiB \(bf16\)' -- "$moevm" run -m "$tmp/llama.gguf" -p x -n 1 --kv-type bf16
 "$moevm" mkmodel --arch qwen3moe --rope-scaling yarn:4:64 -o "$tmp/yarn.gguf" >/dev/null
 expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$tmp/yarn.gguf" -p "x" -n 2
 # llama.cpp's RoPE options and --override-kv (tools/cli_meta.c): the plain file with the
@@ -374,7 +386,7 @@ expect 2 '^moevm run: -ot: llama.cpp.s, not taken: moevm places the weights itse
 expect 0 '^moevm run: -ctk: llama.cpp.s, taken for keys and values alike \(moevm.s --kv-type\)' -- "$moevm" run -m "$m" -p x -n 1 -ctk q8_0 -ctv q8_0
 expect 0 'KV cache [0-9.]+ MiB \(q8_0\)' -- "$moevm" run -m "$m" -p x -n 1 --cache-type-v q8_0
 expect 2 '^moevm run: -ctv f16: moevm.s KV cache keeps keys and values in one type, and q8_0 was given before' -- "$moevm" run -m "$m" -p x -ctk q8_0 -ctv f16
-expect 2 '^moevm chat: --cache-type-k q4_0: expected f16, f32 or q8_0' -- "$moevm" chat -m "$m" --cache-type-k q4_0
+expect 2 '^moevm chat: --cache-type-k q3_K: expected '"$KV_TYPES"'$' -- "$moevm" chat -m "$m" --cache-type-k q3_K
 expect 2 '^moevm chat: -mg: llama.cpp.s, not taken: the GPU is chosen with MOEVM_DEVICE' -- "$moevm" chat -m "$m" -mg 1
 expect 2 '^moevm bench: -ts: llama.cpp.s, not taken: moevm computes on one GPU a process' -- "$moevm" bench -m "$m" -ts 1,1
 expect 0 '\| host \| 1 \| home \| own \| tg2 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen 2 --repetitions 1 --threads 1 --cpu-moe
@@ -427,6 +439,7 @@ if [ -n "$fake_driver" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         gpu_env="MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
         expect 1 'a q8_0 KV cache is read by the CPU backend only; the GPU.s attention reads f16 or f32' -- env $gpu_env "$moevm" run -m "$m" -p x -n 1 --kv-type q8_0
+        expect 1 'a q4_0 KV cache is read by the CPU backend only; the GPU.s attention reads f16 or f32' -- env $gpu_env "$moevm" run -m "$m" -p x -n 1 -ctk q4_0 -ctv q4_0
         # the spin in effect is said at info (auto: 0 on 2 CPUs, 2000 us from 4 on the cuda backend)
         expect 0 'backend cuda, moves spin 250 us before sleeping' -- env MOEVM_LOG=info MOEVM_MOVE_SPIN=250 MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # the kernels' load times at info, those of no weight type at open and each type's
@@ -646,7 +659,7 @@ expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.0
 expect 0 '\| host \| 2 \| home \| own \| tg4 \| .* \| q8_0 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2 -ctk q8_0 -ctv q8_0
 expect 2 '^moevm bench: -ctv: a list of 1, after one of 2: moevm.s KV cache keeps keys and values in one type' -- "$moevm" bench -m "$m" -ctk f16,q8_0 -ctv q8_0
 expect 2 '^moevm bench: -ctv q8_0: moevm.s KV cache keeps keys and values in one type, and f16 was given before' -- "$moevm" bench -m "$m" -ctk f16,q8_0 -ctv q8_0,f16
-expect 2 '^moevm bench: --kv-type q4_0: expected f16, f32 or q8_0' -- "$moevm" bench -m "$m" --kv-type f16,q4_0
+expect 2 '^moevm bench: --kv-type q2_K: expected '"$KV_TYPES"'$' -- "$moevm" bench -m "$m" --kv-type f16,q2_K
 # llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB
 expect 0 '\| host \| 1 \| 0\.02 \| own \| tg4 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen=4 --repetitions 1 --threads 1 -b 8 --n-cpu-moe 1 -ngl 99
 expect 2 'bench: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" bench -m "$m" --gpu-budget 50% --n-cpu-moe 1
@@ -700,7 +713,7 @@ fi
 expect 1 'MOEVM_GPU_BUDGET=0: not valid \(expected a size above 0' -- env MOEVM_GPU_BUDGET=0 "$moevm" run -m "$m" -p x -n 1
 expect 1 'MOEVM_EVICT=: not valid \(expected a value, not an empty one; unset it for the default, auto\)' -- env MOEVM_EVICT= "$moevm" run -m "$m" -p x -n 1
 expect 2 '-m MODEL.gguf is required' -- "$moevm" bench -p 8
-expect 2 '--kv-type f8: expected f16, f32 or q8_0' -- "$moevm" bench -m "$m" --kv-type f8
+expect 2 '--kv-type f8: expected '"$KV_TYPES"'$' -- "$moevm" bench -m "$m" --kv-type f8
 expect 1 'loading the model: .*trunc.gguf' -- "$moevm" bench -m "$tmp/trunc.gguf" -r 1
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
 expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'

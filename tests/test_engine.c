@@ -681,12 +681,30 @@ static void test_kv_layout(void)
     CHECK_ST(mvm_kv_layout_make(m, 64, 32, MVM_W_F32, &l), MVM_OK);
     CHECK(!l.blocks[0].ring && !l.blocks[2].ring && l.rows == 3 * 64);
     mvm_kv_layout_free(&l);
-    /* F16 elements: the same rows in half the bytes; not BF16 */
+    /* F16 and BF16 elements: the same rows in half the bytes; Q4_0's blocks of 32 in 18
+     * bytes (this preset's heads are 32: whole blocks); not a K-quant or a lattice type */
     CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_F16, &l), MVM_OK);
     CHECK(l.rows == 100 && l.bytes == 50 * row);
     mvm_kv_layout_free(&l);
-    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_BF16, &l), MVM_ERR_INVALID);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_BF16, &l), MVM_OK);
+    CHECK(l.rows == 100 && l.bytes == 50 * row);
     mvm_kv_layout_free(&l);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_Q4_0, &l), MVM_OK);
+    CHECK(l.rows == 100 && l.bytes == 100 * (row / 4 / 32 * 18));
+    mvm_kv_layout_free(&l);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_Q4_K, &l), MVM_ERR_INVALID);
+    mvm_kv_layout_free(&l);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_IQ4_XS, &l), MVM_ERR_INVALID);
+    mvm_kv_layout_free(&l);
+    /* every name llama.cpp's -ctk takes, and no other */
+    static const char *const kv_names[MVM_KV_N_TYPES] = MVM_KV_TYPES;
+    enum mvm_wtype kt;
+    for (int i = 0; i < MVM_KV_N_TYPES; i++)
+        CHECK(mvm_kv_type_parse(kv_names[i], &kt) == MVM_OK &&
+              !strcmp(mvm_k_wtype_name(kt), kv_names[i]));
+    CHECK_ST(mvm_kv_type_parse("q4_K", &kt), MVM_ERR_INVALID);
+    CHECK_ST(mvm_kv_type_parse("Q4_0", &kt), MVM_ERR_INVALID);
+    CHECK_ST(mvm_kv_type_parse("", &kt), MVM_ERR_INVALID);
     /* the context's: MOEVM_KV_TYPE's default f16, or the policies' */
     mvm_ctx *c = NULL;
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
@@ -706,8 +724,14 @@ static void test_kv_layout(void)
     mvm_ctx_free(c);
     c = NULL;
     pol.kv_type = "q4_0";
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_OK);
+    CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row * 9 / 64 &&
+          !strcmp(mvm_ctx_kv_type(c), "q4_0"));
+    mvm_ctx_free(c);
+    c = NULL;
+    pol.kv_type = "q4_K";
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_ERR_INVALID);
-    CHECK(!c && strstr(mvm_last_error(), "KV cache type 'q4_0'"));
+    CHECK(!c && strstr(mvm_last_error(), "KV cache type 'q4_K'"));
     setenv("MOEVM_KV_TYPE", "f8", 1);
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_ERR_OPTION);
     CHECK(!c && strstr(mvm_last_error(), "MOEVM_KV_TYPE"));

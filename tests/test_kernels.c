@@ -1882,15 +1882,16 @@ static void test_attn_wide(void)
     CHECK(wide_differs == 0);
 }
 
-/* A Q8_0 cache (llama.cpp's -ctk/-ctv q8_0): every call gives bit for bit what the same
- * call gives over an F32 cache holding the dequantized values (which test_attn_heads and
+/* A cache of a type the attention converts as it reads (llama.cpp's -ctk/-ctv: BF16, Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): every call gives bit for bit what the same call gives
+ * over an F32 cache holding the dequantized values (which test_attn_heads and
  * test_attn_wide check against double). Heads of 32 (3 KV heads: a row of 3 blocks), 128
  * and 576 (DeepSeek's latent row; 3 x 576 wider than MVM_K_ATTN_ROW_MAX: in parts), rows
  * one block longer than the heads, 1 or 2 queries a KV head (the sweep, the tiles), 1 token
  * or 5 reaching 30..38 positions (a whole tile and a partial one), sinks and lse; outputs
  * poisoned, and the rows past every token's positions (the one token's: 30 of 38) blocks
- * whose scale is NaN, so reading them shows. */
-static void test_attn_q8(void)
+ * whose scale is NaN (BF16: elements), so reading them shows. */
+static void attn_converted_case(enum mvm_wtype kv)
 {
     enum { NKV = 3, NT = 5, ROWS = 38 };
     static const size_t dims[] = {32, 128, 576};
@@ -1899,31 +1900,47 @@ static void test_attn_q8(void)
     for (size_t c = 0; c < 3 * 2 * 2; c++) {
         const size_t hd = dims[c % 3], nq = 1 + (c / 3) % 2, nt = c / 6 ? NT : 1;
         const size_t stride = NKV * hd + MVM_QBLOCK, n = ROWS * stride, qs = NKV * nq * hd;
-        const size_t qb = mvm_k_row_bytes(MVM_W_Q8_0, n);
+        const size_t qb = mvm_k_row_bytes(kv, n), eb = mvm_k_block_elems(kv);
+        const size_t bb = mvm_k_row_bytes(kv, eb);
         float *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v), *q = malloc(NT * qs * 4);
         float *o8 = malloc(NT * qs * 4), *o32 = malloc(NT * qs * 4);
         float *scratch = malloc(NT * NKV * 2 * ROWS * sizeof *scratch);
         float lse8[NT * NKV * 2], lse32[NT * NKV * 2];
         uint8_t *kc = malloc(qb), *vc = malloc(qb);
-        random_cache(MVM_W_Q8_0, k, v, kc, vc, n, 2.0f);
+        random_cache(kv, k, v, kc, vc, n, 2.0f);
         fill(q, NT * qs, 1.0f);
-        /* past the shortest reach, rows only the longer tokens see; past the longest, none */
+        /* past the shortest reach, rows only the longer tokens see; past the longest, none
+         * (a block's scale, or a BF16 element, made a NaN: the same two bytes) */
         const size_t last = nt == 1 ? n_pos[0] : n_pos[NT - 1];
-        for (size_t b = last * stride / MVM_QBLOCK; b < n / MVM_QBLOCK; b++)
-            ((mvm_block_q8_0 *)kc)[b].d = ((mvm_block_q8_0 *)vc)[b].d = 0x7E00;
+        for (size_t b = last * stride / eb; b < n / eb; b++) {
+            const uint16_t nan = kv == MVM_W_BF16 ? 0x7FC0 : 0x7E00;
+            memcpy(kc + b * bb, &nan, sizeof nan), memcpy(vc + b * bb, &nan, sizeof nan);
+        }
         fill(o8, NT * qs, 1e3f), fill(o32, NT * qs, 1e3f);
         mvm_k_attn_block(q, qs, nt, nq, NKV, n_pos, MVM_W_F32, k, v, stride, hd, 0.125f, sinks,
                          scratch, o32, lse32);
-        mvm_k_attn_block(q, qs, nt, nq, NKV, n_pos, MVM_W_Q8_0, kc, vc, stride, hd, 0.125f,
-                         sinks, scratch, o8, lse8);
+        mvm_k_attn_block(q, qs, nt, nq, NKV, n_pos, kv, kc, vc, stride, hd, 0.125f, sinks,
+                         scratch, o8, lse8);
         int finite = 1;
         for (size_t i = 0; i < nt * qs; i++)
             finite &= isfinite(o8[i]) && o8[i] != 1e3f;
         CHECK(finite);
-        CHECK(memcmp(o8, o32, nt * qs * sizeof *o8) == 0);
-        CHECK(memcmp(lse8, lse32, nt * NKV * nq * sizeof *lse8) == 0);
+        const int same = memcmp(o8, o32, nt * qs * sizeof *o8) == 0 &&
+                         memcmp(lse8, lse32, nt * NKV * nq * sizeof *lse8) == 0;
+        if (!same)
+            fprintf(stderr, "attention over a %s cache, heads of %zu, %zu a KV head, %zu "
+                    "tokens: not an F32 cache's results\n", mvm_k_wtype_name(kv), hd, nq, nt);
+        CHECK(same);
         free(k), free(v), free(q), free(o8), free(o32), free(scratch), free(kc), free(vc);
     }
+}
+
+static void test_attn_converted(void)
+{
+    static const enum mvm_wtype types[] = {MVM_W_BF16, MVM_W_Q8_0, MVM_W_Q4_0, MVM_W_Q4_1,
+                                           MVM_W_Q5_0, MVM_W_Q5_1, MVM_W_IQ4_NL};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        attn_converted_case(types[i]);
 }
 
 /* mvm_k_prepare_act at this level (the AVX-512 levels' vector quantizers) against blocks.h's
@@ -2137,7 +2154,7 @@ int main(void)
         RUN(test_attn_heads);
         RUN(test_attn_block);
         RUN(test_attn_wide);
-        RUN(test_attn_q8);
+        RUN(test_attn_converted);
         RUN(test_attn_softmax);
         RUN(test_act_quantizers);
     }

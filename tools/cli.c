@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/api/threads.h"
+#include "engine/forward/kv_cache.h"
 #include "engine/plan/plan.h"
 #include "moevm/moevm.h"
 #include "policy/choose.h"
@@ -274,7 +275,7 @@ int mvm_cli_kv_llama_flag(const char *flag)
 
 int mvm_cli_kv_type(const char *cmd, const char *flag, const char *value, const char **out)
 {
-    static const char *const types[] = {"f16", "f32", "q8_0", NULL};
+    static const char *const types[MVM_KV_N_TYPES + 1] = MVM_KV_TYPES;
     static int noted;
     int i;
     if (mvm_cli_choice(cmd, flag, value, types, &i))

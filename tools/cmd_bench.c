@@ -90,7 +90,7 @@ static void usage(FILE *f)
           "                lists llama.cpp's other flags, taken and ignored or refused)\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
           "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
-          "  --kv-type, -ctk, -ctv  the KV cache's elements, f16, f32 or q8_0, each type of\n"
+          "  --kv-type, -ctk, -ctv  the KV cache's elements (run's), each type of\n"
           "                the list in turn (default MOEVM_KV_TYPE, f16); -ctk's and -ctv's\n"
           "                lists must be the same: one type keys and values alike\n"
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"

@@ -18,10 +18,11 @@ const mvm_option_desc mvm_opt_cpu_simd = {
     "level it lacks is an error)"};
 
 const mvm_option_desc mvm_opt_kv_type = {
-    "MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32|q8_0",
+    "MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl",
     "engine: the type of the KV cache's elements (`moevm run "
-    "--kv-type`); f16 keeps half f32's bytes, q8_0 (the CPU backend's) "
-    "27%; f32 the exact values"};
+    "--kv-type`, llama.cpp's -ctk/-ctv); f16 keeps half f32's bytes, "
+    "q8_0 27%, q4_0 14% (the quantized types and bf16: the CPU "
+    "backend's); f32 the exact values"};
 
 const mvm_option_desc mvm_opt_admit = {
     "MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on|steps",

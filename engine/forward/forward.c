@@ -70,7 +70,7 @@ static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend 
 /* The KV cache's element type: `name`, else MOEVM_KV_TYPE's. */
 static mvm_status kv_type(const char *name, enum mvm_wtype *out)
 {
-    static const char *const choices[] = {"f16", "f32", "q8_0"}; /* MOEVM_KV_TYPE's, in order */
+    static const char *const choices[MVM_KV_N_TYPES] = MVM_KV_TYPES; /* MOEVM_KV_TYPE's */
     if (!name) {
         mvm_option_value v;
         mvm_status st = mvm_option_read(&mvm_opt_kv_type, &v);
@@ -78,15 +78,7 @@ static mvm_status kv_type(const char *name, enum mvm_wtype *out)
             return st;
         name = choices[v.i];
     }
-    if (!strcmp(name, "f16"))
-        *out = MVM_W_F16;
-    else if (!strcmp(name, "f32"))
-        *out = MVM_W_F32;
-    else if (!strcmp(name, "q8_0"))
-        *out = MVM_W_Q8_0;
-    else
-        return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16, f32 or q8_0", name);
-    return MVM_OK;
+    return mvm_kv_type_parse(name, out);
 }
 
 /* Whether the predict module `predict` (as mvm_ctx_device_bytes takes it) is SMoE's

@@ -54,7 +54,7 @@ typedef struct mvm_ctx_policies {
      * cannot read the homes (no HOST_NUMA VMM: mvm_space_info.home_mapped 0) steps always
      * wait, and a step whose experts do not all fit the budget runs in rounds. */
     int wait_loads;
-    /* "f16" or "f32" (engine/forward/kv_cache.h); NULL: MOEVM_KV_TYPE */
+    /* one of MVM_KV_TYPES (engine/forward/kv_cache.h); NULL: MOEVM_KV_TYPE */
     const char *kv_type;
     /* Sequences the context holds (0: 1), each its own n_ctx positions of KV cache: a
      * server's requests share one context, so one residency manager sees all their
@@ -82,8 +82,8 @@ mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
  * not read is an error, and *flags 0. */
 mvm_status mvm_ctx_gpu_flags(unsigned *flags);
 /* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
- * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE; the predict module `predict`, "name" or
- * "name{k=v,...}" or NULL for MOEVM_PREDICT's, whose SMoE speculative pass takes scratch of
+ * kv_type: one of kv_cache.h's MVM_KV_TYPES, "f16", "q8_0"..., or NULL for MOEVM_KV_TYPE;
+ * the predict module `predict`, "name" or "name{k=v,...}" or NULL for MOEVM_PREDICT's, whose SMoE speculative pass takes scratch of
  * its own) takes on a GPU beside the experts' budget, as mvm_ctx_create would allocate it:
  * *weights, the weights besides the experts; *rest, the KV cache and scratch. m's space is
  * not needed (plan.h's mvm_plan_space sizes the automatic budget with it before making the

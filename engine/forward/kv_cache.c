@@ -5,6 +5,7 @@
 #include "engine/forward/kv_cache.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/kernels.h"
 #include "vmm/error.h"
@@ -15,15 +16,20 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
     const mvm_hparams *hp = &m->hp;
     const uint32_t n_blocks = hp->n_dense + hp->n_layer;
     *out = (mvm_kv_layout){.type = type, .n_blocks = n_blocks, .n_seq = 1};
-    if (type != MVM_W_F16 && type != MVM_W_F32 && type != MVM_W_Q8_0)
-        return mvm_fail(MVM_ERR_INVALID, "a KV cache of %s elements: the cache keeps f16, f32 "
-                        "or q8_0", mvm_k_wtype_name(type));
-    /* Q8_0: every head's part of a row whole blocks (MLA's one head: the latent row) */
+    enum mvm_wtype known;
+    mvm_status st = mvm_kv_type_parse(mvm_k_wtype_name(type), &known);
+    if (st != MVM_OK)
+        return st;
+    /* a type the attention converts as it reads (BF16, the block types): a head's part of a
+     * row (MLA's one head: the latent row) at most the kernels' buffer, and whole blocks */
     const uint32_t head = hp->kv_lora ? hp->kv_lora + hp->rope.n_rot : hp->head_dim;
-    if (type == MVM_W_Q8_0 && (head % MVM_QBLOCK || head > MVM_K_ATTN_ROW_MAX))
-        return mvm_fail(MVM_ERR_INVALID, "a q8_0 KV cache needs heads of whole blocks of %d "
-                        "elements, at most %d; this model's are %u: use f16", MVM_QBLOCK,
-                        MVM_K_ATTN_ROW_MAX, head);
+    if (mvm_k_block_elems(type) > 1 && (head % MVM_QBLOCK || head > MVM_K_ATTN_ROW_MAX))
+        return mvm_fail(MVM_ERR_INVALID, "a %s KV cache needs heads of whole blocks of %d "
+                        "elements, at most %d; this model's are %u: use f16",
+                        mvm_k_wtype_name(type), MVM_QBLOCK, MVM_K_ATTN_ROW_MAX, head);
+    if (type == MVM_W_BF16 && head > MVM_K_ATTN_ROW_MAX)
+        return mvm_fail(MVM_ERR_INVALID, "a bf16 KV cache needs heads of at most %d elements; "
+                        "this model's are %u: use f16", MVM_K_ATTN_ROW_MAX, head);
     out->all = out->blocks = calloc(n_blocks ? n_blocks : 1, sizeof *out->blocks);
     if (!out->all)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the KV cache's layout");
@@ -39,6 +45,19 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
                                      : 2 * (uint64_t)hp->n_head_kv * hp->head_dim;
     out->bytes = out->rows * mvm_kv_bytes(out, row);
     return MVM_OK;
+}
+
+mvm_status mvm_kv_type_parse(const char *name, enum mvm_wtype *out)
+{
+    static const char *const names[MVM_KV_N_TYPES] = MVM_KV_TYPES;
+    for (int i = 0; i < MVM_KV_N_TYPES; i++)
+        for (int t = 0; !strcmp(name, names[i]) && t < MVM_W_COUNT; t++)
+            if (!strcmp(name, mvm_k_wtype_name((enum mvm_wtype)t))) {
+                *out = (enum mvm_wtype)t;
+                return MVM_OK;
+            }
+    return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16, f32, bf16, q8_0, q4_0, "
+                    "q4_1, q5_0, q5_1 or iq4_nl", name);
 }
 
 mvm_status mvm_kv_layout_seqs(mvm_kv_layout *l, uint32_t n_seq)

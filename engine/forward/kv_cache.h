@@ -13,14 +13,16 @@
  * 36 blocks in 2 x (128 + 32) rows instead of 131072, half its 18 GiB cache (f32 K and V).
  *
  * The rows hold F16 (the default, as llama.cpp's cache: half the bytes, and half the reads
- * of a long context's attention), F32 or Q8_0 elements (MOEVM_KV_TYPE, `moevm run
- * --kv-type`). Keys, values and latents are computed in F32 and rounded to nearest even as
- * they are stored, or quantized by blocks of 32 (llama.cpp's `-ctk q8_0 -ctv q8_0`: 34
- * bytes for 32 elements, 53% of F16's, for a rounding error of about 0.4% of each block's
- * largest element). A Q8_0 row's heads must be whole blocks, so that each head's part of a
- * row starts a block: head_dim (MLA: the latent row, kv_lora + the rotary part) a multiple
- * of 32 (and at most the kernels' MVM_K_ATTN_ROW_MAX), as in every released model; another
- * is refused. Only the CPU backend reads Q8_0 rows today.
+ * of a long context's attention), F32, or any other type llama.cpp's `-ctk`/`-ctv` take
+ * (MOEVM_KV_TYPE, `moevm run --kv-type`; MVM_KV_TYPES). Keys, values and latents are
+ * computed in F32 and rounded to nearest even as they are stored (F16, BF16), or quantized
+ * by blocks of 32 as the weights of that type are (kernels/cpu/convert.c): Q8_0 34 bytes a
+ * block, 53% of F16's, for a rounding error of about 0.4% of each block's largest element;
+ * Q4_0 18 bytes (28%) for about 6%. A block type's heads must be whole blocks, so that each
+ * head's part of a row starts a block: head_dim (MLA: the latent row, kv_lora + the rotary
+ * part) a multiple of 32 (and at most the kernels' MVM_K_ATTN_ROW_MAX), as in every
+ * released model; another is refused. Only the CPU backend reads types other than F16 and
+ * F32 today.
  */
 #ifndef MVM_ENGINE_FORWARD_KV_CACHE_H
 #define MVM_ENGINE_FORWARD_KV_CACHE_H
@@ -42,19 +44,28 @@ typedef struct mvm_kv_layout {
     uint32_t n_blocks, n_seq;
     uint64_t rows;              /* all blocks' of all sequences: what the backend allocates */
     uint64_t bytes;             /* of the cache: rows of keys and values (MLA: latent rows) */
-    enum mvm_wtype type;        /* of its elements: MVM_W_F16, MVM_W_F32 or MVM_W_Q8_0 */
+    enum mvm_wtype type;        /* of its elements: one of MVM_KV_TYPES */
 } mvm_kv_layout;
 
-/* Bytes of n elements of the cache (n a multiple of 32 for Q8_0: a row, a head's part, or
- * whole rows, as the layout guarantees). */
+/* The cache's element types by the names llama.cpp's -ctk/-ctv take, MOEVM_KV_TYPE's
+ * choices in this order (engine_options.c spells them out). */
+#define MVM_KV_TYPES {"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
+#define MVM_KV_N_TYPES 9
+
+/* The type named `name` (one of MVM_KV_TYPES); MVM_ERR_INVALID naming the choices for
+ * another. */
+mvm_status mvm_kv_type_parse(const char *name, enum mvm_wtype *out);
+
+/* Bytes of n elements of the cache (n a multiple of 32 for a block type: a row, a head's
+ * part, or whole rows, as the layout guarantees). */
 static inline uint64_t mvm_kv_bytes(const mvm_kv_layout *l, uint64_t n)
 {
     return mvm_k_row_bytes(l->type, n);
 }
 
 /* The layout of a context of n_ctx positions evaluated n_batch at a time, its elements of
- * type `type` (MVM_W_F16, MVM_W_F32 or MVM_W_Q8_0; MVM_ERR_INVALID for another, or for
- * Q8_0 where the model's heads are not whole blocks of 32). */
+ * type `type` (one of MVM_KV_TYPES; MVM_ERR_INVALID for another, or for a block type where
+ * the model's heads are not whole blocks of 32). */
 mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
                               enum mvm_wtype type, mvm_kv_layout *out);
 /* Makes room for n_seq independent sequences (a server's requests): each gets rows of its

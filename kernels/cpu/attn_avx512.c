@@ -22,7 +22,10 @@
  *     rounds), so the tiles and the sweep compute what an F32 cache of those values
  *     gives; at length, where decode reads the cache from memory, 53% of F16's bytes:
  *     OLMoE's tg32 at 4096 positions 1.1-1.6x faster in the engine, the same within noise
- *     at 512 (docs/perf/cpu.md, session 117).
+ *     at 512 (docs/perf/cpu.md, session 117). The other block types llama.cpp's -ctk
+ *     takes (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) the same way a block at a time (ldblock),
+ *     their type not a constant of the loops (one more instance each was compile time for
+ *     little: the conversion, not the branch, is their cost).
  * One query a KV head (decode without grouped heads) takes no tiles: attn_sweep, below,
  * reads the cache in place in row order.
  * Each query's arithmetic is the same whatever the other queries of the call are (the
@@ -90,18 +93,12 @@ AVX512_INLINE __m512 q8_scale(const mvm_block_q8_0 *b)
     return _mm512_cvtph_ps(_mm256_set1_epi16((short)b->d));
 }
 
-AVX512_INLINE __m512 ldkv(enum mvm_wtype t, const uint8_t *row, size_t e, __mmask16 m, int full)
+/* Whether a cache of type t is read a block of 32 at a time (Q8_0 and the 4- and 5-bit
+ * types; every head whole blocks). */
+AVX512_INLINE int is_block(enum mvm_wtype t)
 {
-    if (t == MVM_W_Q8_0) {
-        const mvm_block_q8_0 *b = (const mvm_block_q8_0 *)(const void *)row + e / MVM_QBLOCK;
-        return q8x16(q8_scale(b), b->qs + e % MVM_QBLOCK);
-    }
-    const uint8_t *p = row + e * (t == MVM_W_F32 ? 4 : 2);
-    if (!full)
-        return load16(t, p, m);
-    if (t == MVM_W_F16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
-    return t == MVM_W_F32 ? _mm512_loadu_ps(p) : load16(t, p, ALL16);
+    return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
+           t == MVM_W_Q5_1 || t == MVM_W_IQ4_NL;
 }
 
 /* Elements e .. e + 31 of a Q8_0 row (a block: e a multiple of 32) as ldkv gives them,
@@ -113,6 +110,64 @@ AVX512_INLINE void ldq8(const uint8_t *row, size_t e, __m512 *lo, __m512 *hi)
     const __m512 d = q8_scale(b);
     *lo = q8x16(d, b->qs);
     *hi = q8x16(d, b->qs + 16);
+}
+
+/* The same for a row of any block type (is_block): the values mvm_k_dequantize gives, bit
+ * for bit (d times a quant of at most 8 bits is exact in F32, so a fused or separate add
+ * of Q4_1's and Q5_1's min rounds once either way). */
+AVX512_INLINE void ldblock(enum mvm_wtype t, const uint8_t *row, size_t e, __m512 *lo,
+                           __m512 *hi)
+{
+    if (t == MVM_W_Q8_0) {
+        ldq8(row, e, lo, hi);
+        return;
+    }
+    const uint8_t *blk = row + e / MVM_QBLOCK * mvm_k_block_bytes(t);
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + L.qs));
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    __m128i n0 = _mm_and_si128(b, nib), n1 = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
+    if (t == MVM_W_IQ4_NL) { /* the nibbles index the table's 16 int8 values */
+        const __m128i tab = _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO);
+        n0 = _mm_shuffle_epi8(tab, n0);
+        n1 = _mm_shuffle_epi8(tab, n1);
+    }
+    __m512i q0 = _mm512_cvtepi8_epi32(n0), q1 = _mm512_cvtepi8_epi32(n1);
+    if (L.qh) { /* the fifth bits, bit j for element j */
+        uint32_t h;
+        memcpy(&h, blk + L.qh, sizeof h);
+        const __m512i s = _mm512_set1_epi32(16);
+        q0 = _mm512_mask_add_epi32(q0, (__mmask16)h, q0, s);
+        q1 = _mm512_mask_add_epi32(q1, (__mmask16)(h >> 16), q1, s);
+    }
+    const __m512i bias = _mm512_set1_epi32(L.bias);
+    const __m512 d = _mm512_set1_ps(mvm_k_block_scale(t, blk));
+    *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, bias)));
+    *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, bias)));
+    if (L.m) {
+        const __m512 m = _mm512_set1_ps(mvm_k_h2f(mvm_k_block_h(blk, L.m)));
+        *lo = _mm512_add_ps(*lo, m);
+        *hi = _mm512_add_ps(*hi, m);
+    }
+}
+
+AVX512_INLINE __m512 ldkv(enum mvm_wtype t, const uint8_t *row, size_t e, __mmask16 m, int full)
+{
+    if (t == MVM_W_Q8_0) {
+        const mvm_block_q8_0 *b = (const mvm_block_q8_0 *)(const void *)row + e / MVM_QBLOCK;
+        return q8x16(q8_scale(b), b->qs + e % MVM_QBLOCK);
+    }
+    if (is_block(t)) {
+        __m512 lo, hi;
+        ldblock(t, row, e, &lo, &hi);
+        return e % MVM_QBLOCK ? hi : lo;
+    }
+    const uint8_t *p = row + e * (t == MVM_W_F32 ? 4 : 2);
+    if (!full)
+        return load16(t, p, m);
+    if (t == MVM_W_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return t == MVM_W_F32 ? _mm512_loadu_ps(p) : load16(t, p, ALL16);
 }
 
 AVX512_INLINE __m512 ldf(const float *p, __mmask16 m, int full)
@@ -391,13 +446,13 @@ AVX512_INLINE void sweep_scores(enum mvm_wtype kv, const uint8_t *k, size_t stri
                 const float *qa = q + (g0 + a % ng) * hd;
                 const uint8_t *ka = row + (a / ng) * stride;
                 const size_t e = (g0 + a % ng) * hd;
-                for (size_t d0 = 0; kv == MVM_W_Q8_0 && d0 < hd; d0 += 32) { /* the same sums */
+                for (size_t d0 = 0; is_block(kv) && d0 < hd; d0 += 32) { /* the same sums */
                     __m512 lo, hi;
-                    ldq8(ka, e + d0, &lo, &hi);
+                    ldblock(kv, ka, e + d0, &lo, &hi);
                     acc[a] = _mm512_fmadd_ps(_mm512_loadu_ps(qa + d0), lo, acc[a]);
                     acc[a] = _mm512_fmadd_ps(_mm512_loadu_ps(qa + d0 + 16), hi, acc[a]);
                 }
-                for (size_t d0 = 0; kv != MVM_W_Q8_0 && d0 < hd; d0 += 16) {
+                for (size_t d0 = 0; !is_block(kv) && d0 < hd; d0 += 16) {
                     const __mmask16 m = first(hd - d0);
                     acc[a] = _mm512_fmadd_ps(ldf(qa + d0, m, full),
                                              ldkv(kv, ka, e + d0, m, full), acc[a]);
@@ -423,14 +478,14 @@ AVX512_INLINE void sweep_values(enum mvm_wtype kv, const uint8_t *v, size_t stri
             _mm_prefetch((const char *)row + SWEEP_AHEAD * stride + o, _MM_HINT_T0);
         for (size_t g = 0; g < n_kv; g++) {
             const __m512 wg = _mm512_set1_ps(w[g * rows + p]);
-            for (size_t d0 = 0; kv == MVM_W_Q8_0 && d0 < hd; d0 += 32) {
+            for (size_t d0 = 0; is_block(kv) && d0 < hd; d0 += 32) {
                 __m512 lo, hi;
-                ldq8(row, g * hd + d0, &lo, &hi);
+                ldblock(kv, row, g * hd + d0, &lo, &hi);
                 float *o = out + g * hd + d0;
                 _mm512_storeu_ps(o, _mm512_fmadd_ps(wg, lo, _mm512_loadu_ps(o)));
                 _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(wg, hi, _mm512_loadu_ps(o + 16)));
             }
-            for (size_t d0 = 0; kv != MVM_W_Q8_0 && d0 < hd; d0 += 16) {
+            for (size_t d0 = 0; !is_block(kv) && d0 < hd; d0 += 16) {
                 const __mmask16 m = first(hd - d0);
                 float *o = out + g * hd + d0;
                 stf(o, m, _mm512_fmadd_ps(wg, ldkv(kv, row, g * hd + d0, m, full),
@@ -585,7 +640,7 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
                                           float *restrict out, float *lse)
 {
     const size_t hp = (head_dim + 15) & ~(size_t)15;
-    if ((kv != MVM_W_F32 && kv != MVM_W_F16 && kv != MVM_W_BF16 && kv != MVM_W_Q8_0) ||
+    if ((kv != MVM_W_F32 && kv != MVM_W_F16 && kv != MVM_W_BF16 && !is_block(kv)) ||
         hp > HEAD_MAX)
         return 0;
     const size_t stride = mvm_k_row_bytes(kv, kv_stride), hb = mvm_k_row_bytes(kv, head_dim);

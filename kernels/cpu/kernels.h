@@ -212,8 +212,9 @@ void mvm_k_swiglu(float *x, const float *y, size_t n);
 /* n_q attention heads that share their keys and values (a GQA group, or MLA's heads over
  * the latent rows), one query each: head j's query at q + j*head_dim, its output at
  * out + j*head_dim; keys/values of positions 0..n_pos-1 at k + p*kv_stride and
- * v + p*kv_stride elements of type kv (the KV cache's: F32, F16 or Q8_0, whose heads are
- * whole blocks, head_dim a multiple of 32 up to MVM_K_ATTN_ROW_MAX, read as the F32 values
+ * v + p*kv_stride elements of type kv (the KV cache's: F32, F16, BF16, or a 32-element
+ * block type, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, whose heads are whole blocks, head_dim
+ * a multiple of 32 up to MVM_K_ATTN_ROW_MAX; BF16 and the blocks read as the F32 values
  * they hold: bit for bit what an F32 cache of those values gives); scores = q·k * scale,
  * softmax, out = Σ p v. sinks: n_q logits that take their share of each head's softmax and
  * add no value (gpt-oss's attention sinks), or NULL. scratch holds n_q * n_pos floats.

@@ -185,11 +185,18 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
 
+/* Whether the levels' dot products and axpys read a cache of type kv in place (F32, F16);
+ * the others' rows are converted to F32 first. */
+static int in_place(enum mvm_wtype kv)
+{
+    return kv == MVM_W_F32 || kv == MVM_W_F16;
+}
+
 /* A KV head's part of a cache row (n elements at `part`) as the level's dot product and
- * axpy for F32 read it: a Q8_0 one converted into buf, the others in place. */
+ * axpy for F32 read it: converted into buf (BF16, the block types), or in place. */
 static const void *readable(enum mvm_wtype kv, const void *part, float *buf, size_t n)
 {
-    if (kv != MVM_W_Q8_0)
+    if (in_place(kv))
         return part;
     mvm_k_dequantize(kv, part, buf, n);
     return buf;
@@ -205,11 +212,11 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                                                    scratch, out, lse))
         return;
     /* the portable way: the level's dot product per query and row, its axpy per weight; a
-     * Q8_0 cache's heads converted to F32 once a row for all their queries (as an F32
-     * cache holding its values, bit for bit) */
-    const int q8 = kv == MVM_W_Q8_0;
-    const mvm_k_dot_fn dot = mvm_k_kernels->dot[q8 ? MVM_W_F32 : kv];
-    const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[q8 ? MVM_W_F32 : kv];
+     * BF16 or block type's heads converted to F32 once a row for all their queries (as an
+     * F32 cache holding its values, bit for bit) */
+    const enum mvm_wtype read = in_place(kv) ? kv : MVM_W_F32;
+    const mvm_k_dot_fn dot = mvm_k_kernels->dot[read];
+    const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[read];
     const size_t stride = mvm_k_row_bytes(kv, kv_stride), nh = n_kv * n_q;
     const size_t hb = mvm_k_row_bytes(kv, head_dim); /* a head's part of a row */
     float head[MVM_K_ATTN_ROW_MAX];

@@ -8,11 +8,13 @@ emulated (ref_forward_cuda), every architecture, type and variant both times.
 
 KV cache (--kv-types): every case runs with an F32 cache, whose comparisons are the sharp
 ones below, and the architectures at KV16_TYPES again with an F16 cache (the engine's
-default) and, where asked (the CPU backend's), a Q8_0 cache, against a reference that
-rounds its keys and values as the engine stores them (moe_ref Config.kv), with the wider
-tolerances KV_F16_TOL and KV_Q8_TOL say why. A Q8_0 cache needs heads of whole blocks of
-32: the tiny models whose heads are 16 (and deepseek2's latent row of 48) are refused, as
-test_cli checks, and left out here.
+default) and, where asked (the CPU backend's), a Q8_0 cache, and F32 weights on two
+architectures with each of the other types llama.cpp's -ctk takes (KV_MORE: BF16, Q4_0,
+Q4_1, Q5_0, Q5_1, IQ4_NL), against a reference that rounds its keys and values as the
+engine stores them (moe_ref Config.kv), with the wider tolerances KV_F16_TOL, KV_Q8_TOL
+and KV_MORE_TOL say why. A block type's cache needs heads of whole blocks of 32: the tiny
+models whose heads are 16 (and deepseek2's latent row of 48) are refused, as test_cli
+checks, and left out here.
 
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe,
 minimax-m2, gpt-oss) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl,
@@ -127,8 +129,15 @@ KV16_TYPES = ("f32", "f16", "q8_0")
 KV_F16_TOL = 4e-4
 # How a case's name says its cache, and the architectures whose tiny heads (32) are whole
 # Q8_0 blocks.
-KV_TAG = {"f32": "", "f16": "/kv16", "q8_0": "/kv8"}
+KV_TAG = {"f32": "", "f16": "/kv16", "q8_0": "/kv8", "bf16": "/kvbf16", "q4_0": "/kvq4_0",
+          "q4_1": "/kvq4_1", "q5_0": "/kvq5_0", "q5_1": "/kvq5_1", "iq4_nl": "/kviq4_nl"}
 KV_Q8_ARCHS = ("qwen3moe", "minimax-m2", "glm4moe", "gpt-oss")
+# The other types llama.cpp's -ctk takes, each with F32 weights (their roundings alone) on one
+# of two of those architectures: Qwen3's grouped heads with their norms, or gpt-oss's sinks
+# and windowed blocks (a ring of rows); each kind of block (with a min or not, a fifth bit or
+# not, a table) on both.
+KV_MORE = {"bf16": "qwen3moe", "q4_0": "gpt-oss", "q4_1": "qwen3moe", "q5_0": "gpt-oss",
+           "q5_1": "gpt-oss", "iq4_nl": "qwen3moe"}
 # With a Q8_0 KV cache the same holds for a step of 1/127 of a block's largest element:
 # an element whose F32 (the engine) and F64 (the reference) values fall on either side of a
 # rounding boundary moves by that step. Measured on the CPU (2026-12-01, the four
@@ -136,10 +145,20 @@ KV_Q8_ARCHS = ("qwen3moe", "minimax-m2", "glm4moe", "gpt-oss")
 # element fell on a boundary; one that does costs about 1e-3 on these models); Q8_0 weights
 # exact 7.3e-2 (the activations' rounding and the cache's together), emulated 1.8e-2.
 KV_Q8_TOL = {"f32": (3e-3, 3e-3), "f16": (3e-3, 3e-3), "q8_0": (1e-1, 3e-2)}
+# The 4- and 5-bit types' steps are larger (1/15 to 1/31 of a block's range) and rarely
+# straddled, but one that is moves an element by that whole step: measured (2026-12-02, the
+# CPU, F32 weights, each type on both architectures) 2e-7 to 8e-7 in 29 of the 30 prompt runs
+# at the AVX-512 level, 2.2e-2 in gpt-oss's Q4_1 12-token prompt (its first generated row; the
+# reference's keys put an element 3e-5 of a step from a rounding boundary), and at the AVX2
+# and scalar levels, whose sums differ, up to 2.2e-2 and 4.3e-4. BF16's flips move an element by 2^-8: 1.3e-3. The sensitivity margin
+# (4 x 3e-2) stays under every deliberate bug's distance (0.26 and more).
+KV_MORE_TOL = (3e-2, 3e-2)
 
 
 def tolerances(wtype, kv_type):
     """(exact, emulated) tolerances of wtype's comparisons with that KV cache type."""
+    if kv_type in KV_MORE:
+        return KV_MORE_TOL
     if kv_type == "q8_0":
         return KV_Q8_TOL[wtype]
     if kv_type == "f16" and wtype not in QUANTIZED:
@@ -445,12 +464,13 @@ def main():
                          "tolerance of the same reference as the CPU run that checks them")
     ap.add_argument("--kv-types", default="f32,f16",
                     help="the engine's KV cache types to check: f32 with every weight type, "
-                         "f16 and q8_0 with KV16_TYPES among them (default: f32,f16)")
+                         "f16 and q8_0 with KV16_TYPES among them, the KV_MORE types with "
+                         "f32 (default: f32,f16)")
     args = ap.parse_args()
     launcher, run_args = shlex.split(args.launcher), shlex.split(args.run_args)
     kv_types = args.kv_types.split(",")
-    if not kv_types or not set(kv_types) <= {"f32", "f16", "q8_0"}:
-        ap.error(f"--kv-types {args.kv_types}: of f32, f16 and q8_0")
+    if not kv_types or not set(kv_types) <= set(KV_TAG):
+        ap.error(f"--kv-types {args.kv_types}: of {', '.join(KV_TAG)}")
     moevm = os.path.abspath(args.moevm)
     os.makedirs(args.workdir, exist_ok=True)
     types = args.types.split(",")
@@ -474,6 +494,8 @@ def main():
     cases += [(arch, "", wtype, kv) for kv in ("f16", "q8_0") for arch in arches
               for wtype in types if wtype in KV16_TYPES and kv in kv_types
               and (kv != "q8_0" or arch in KV_Q8_ARCHS)]
+    cases += [(arch, "", "f32", kv) for kv, arch in KV_MORE.items()
+              if "f32" in types and kv in kv_types and arch in arches]
     for arch, variant, wtype, kv in cases:
         name = arch + variant + KV_TAG[kv]
         try:

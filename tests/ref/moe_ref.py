@@ -135,10 +135,11 @@ class Config:
     # K-quants. Off for the reference; on to follow the engine's routing where activation
     # rounding moves a token across a top-k boundary, and to calibrate tolerances.
     act_quant: bool = False
-    # The engine's KV cache type (MOEVM_KV_TYPE): "f32"; "f16" (its default), keys and
-    # values (MLA: the normed latent and the rotated k_pe, one row) rounded to F16 as they
-    # are stored, from the F32 the engine computes them in; or "q8_0", each row quantized
-    # by blocks of 32 (q8_0_roundtrip, llama.cpp's -ctk q8_0).
+    # The engine's KV cache type (MOEVM_KV_TYPE): "f32"; "f16" (its default) or "bf16", keys
+    # and values (MLA: the normed latent and the rotated k_pe, one row) rounded to it as they
+    # are stored, from the F32 the engine computes them in; or "q8_0", "q4_0", "q4_1",
+    # "q5_0", "q5_1", "iq4_nl", each row quantized by blocks of 32 (kv_round; llama.cpp's
+    # -ctk q8_0 and the rest).
     kv: str = "f32"
 
 
@@ -146,7 +147,58 @@ def kv_round(cfg, x):
     """x (..., row elements) as the engine's KV cache keeps it (Config.kv)."""
     if cfg.kv == "f16":
         return x.astype(np.float32).astype(np.float16).astype(np.float64)
-    return q8_0_roundtrip(x) if cfg.kv == "q8_0" else x
+    if cfg.kv == "bf16":
+        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32)  # nearest even
+        return u.view(np.float32).astype(np.float64)
+    if cfg.kv == "q8_0":
+        return q8_0_roundtrip(x)
+    return x if cfg.kv == "f32" else q45_roundtrip(cfg.kv, x)
+
+
+# IQ4_NL's quant values (ggml-common.h's kvalues_iq4nl).
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
+                          113], dtype=np.float32)
+
+
+def q45_roundtrip(kv, x):
+    """x quantized along its last axis by blocks of 32 to kv and back, as the engine's
+    cache stores it (kernels/cpu/convert.c), all in F32 as there: Q4_0 and Q5_0 as ggml's
+    quantize_row_q4_0_ref / _q5_0_ref (d = the value of largest magnitude, the first on
+    ties, over -8 or -16; q = min(15 or 31, trunc(x / d + 8.5 or 16.5))); Q4_1 and Q5_1 as
+    _q4_1_ref / _q5_1_ref (m = min, d = (max - min) / 15 or 31, q = min(15 or 31,
+    trunc((x - m) / d + 0.5))); IQ4_NL with d = that value over -127 rounded to F16 and
+    each element the table entry nearest x / d (the lower on ties). d and m stored as
+    F16."""
+    shape = x.shape
+    b = x.astype(np.float32).reshape(-1, 32)
+    big = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]   # signed, the first on ties
+
+    def inverse(d):
+        return np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)[:, None]
+
+    def f16(v):
+        return v.astype(np.float16).astype(np.float64)[:, None]
+
+    if kv == "iq4_nl":
+        d = (big / np.float32(-127)).astype(np.float16).astype(np.float32)
+        v = (b * inverse(d)).astype(np.float32)
+        q = np.argmin(np.abs(v[:, :, None] - IQ4_NL_VALUES), axis=2)
+        return (d.astype(np.float64)[:, None] * IQ4_NL_VALUES[q]).reshape(shape)
+    max_q = 31 if kv.startswith("q5") else 15
+    if kv in ("q4_0", "q5_0"):
+        bias = np.float32(16 if kv == "q5_0" else 8)
+        d = (big / -bias).astype(np.float32)
+        v = (b * inverse(d)).astype(np.float32)
+        q = np.minimum(max_q, np.trunc((v + (bias + np.float32(0.5))).astype(np.float32)))
+        return (f16(d) * (q - bias)).reshape(shape)
+    if kv in ("q4_1", "q5_1"):
+        lo, hi = b.min(axis=1), b.max(axis=1)
+        d = ((hi - lo) / np.float32(max_q)).astype(np.float32)
+        v = ((b - lo[:, None]).astype(np.float32) * inverse(d)).astype(np.float32)
+        q = np.minimum(max_q, np.trunc((v + np.float32(0.5)).astype(np.float32)))
+        return (f16(d) * q + f16(lo)).reshape(shape)
+    raise ValueError(f"KV cache type {kv}")
 
 
 class Model:
