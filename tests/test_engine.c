@@ -716,19 +716,18 @@ static void test_kv_layout(void)
     CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row && !strcmp(mvm_ctx_kv_type(c), "f32"));
     mvm_ctx_free(c);
     c = NULL;
-    /* Q8_0: its heads of 32 are whole blocks of 34 bytes, 17/64 of F32's row */
-    pol.kv_type = "q8_0";
-    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_OK);
-    CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row * 17 / 64 &&
-          !strcmp(mvm_ctx_kv_type(c), "q8_0"));
-    mvm_ctx_free(c);
-    c = NULL;
-    pol.kv_type = "q4_0";
-    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_OK);
-    CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row * 9 / 64 &&
-          !strcmp(mvm_ctx_kv_type(c), "q4_0"));
-    mvm_ctx_free(c);
-    c = NULL;
+    /* Q8_0 and Q4_0: their heads of 32 are whole blocks of 34 and 18 bytes, 17/64 and 9/64
+     * of F32's row */
+    static const struct { const char *name; uint64_t per64; } blocks[] = {{"q8_0", 17},
+                                                                          {"q4_0", 9}};
+    for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++) {
+        pol.kv_type = blocks[i].name;
+        CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_OK);
+        CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row * blocks[i].per64 / 64 &&
+              !strcmp(mvm_ctx_kv_type(c), blocks[i].name));
+        mvm_ctx_free(c);
+        c = NULL;
+    }
     pol.kv_type = "q4_K";
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_ERR_INVALID);
     CHECK(!c && strstr(mvm_last_error(), "KV cache type 'q4_K'"));
