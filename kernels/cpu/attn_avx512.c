@@ -24,8 +24,9 @@
  *     OLMoE's tg32 at 4096 positions 1.1-1.6x faster in the engine, the same within noise
  *     at 512 (docs/perf/cpu.md, session 117). The other block types llama.cpp's -ctk
  *     takes (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) the same way a block at a time (ldblock),
- *     their type not a constant of the loops (one more instance each was compile time for
- *     little: the conversion, not the branch, is their cost).
+ *     their type not a constant of the loops (an instance each would cost compile time;
+ *     whether it would gain is not measured), in the tiles' unmasked instance with BF16
+ *     (prompts at F16's speed; docs/perf/cpu.md, session 125).
  * One query a KV head (decode without grouped heads) takes no tiles: attn_sweep, below,
  * reads the cache in place in row order.
  * Each query's arithmetic is the same whatever the other queries of the call are (the
