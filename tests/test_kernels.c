@@ -808,6 +808,47 @@ static void test_quantize_iq4_nl(void)
     free(x), free(back), free(q);
 }
 
+/* mvm_k_iq4_nearest against the rule over all 16 entries it stands for, written out here
+ * (the first at the least F32 distance): the midpoints and the entries and four F32 steps
+ * either side of each, a sweep of [-1100, 1100] by 1/64, 100,000 random values of every
+ * scale, zeros, subnormals, infinities and NaN. Its window of three entries absorbs one
+ * wrong midpoint; midpoints all 0 fail it. */
+static int iq4_nearest_differs(float v)
+{
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)mvm_k_table(MVM_W_IQ4_NL, k)) <
+            fabsf(v - (float)mvm_k_table(MVM_W_IQ4_NL, best)))
+            best = k;
+    return mvm_k_iq4_nearest(v) != best;
+}
+
+static void test_iq4_nearest(void)
+{
+    int differs = 0;
+    for (int k = 0; k < 16; k++) {
+        const float e = (float)mvm_k_table(MVM_W_IQ4_NL, k);
+        const float m = k < 15 ? (e + (float)mvm_k_table(MVM_W_IQ4_NL, k + 1)) / 2 : e;
+        for (int s = 0; s < 2; s++) {
+            float a = s ? m : e, b = a;
+            differs += iq4_nearest_differs(a);
+            for (int i = 0; i < 4; i++) {
+                a = nextafterf(a, -INFINITY), b = nextafterf(b, INFINITY);
+                differs += iq4_nearest_differs(a) + iq4_nearest_differs(b);
+            }
+        }
+    }
+    for (float x = -1100.0f; x <= 1100.0f; x += 1.0f / 64)
+        differs += iq4_nearest_differs(x);
+    const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 1023.99f, 1024.0f, -1024.0f, 3e38f,
+                             -3e38f, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        differs += iq4_nearest_differs(special[i]);
+    for (int i = 0; i < 100000; i++)
+        differs += iq4_nearest_differs(frand() * ldexpf(1.0f, i % 24 - 6));
+    CHECK(differs == 0);
+}
+
 /* IQ4_XS: mkmodel's quantizer gives each sub-block IQ4_NL's ideal scale (its value of largest
  * magnitude onto the table's -127) rounded to a 6-bit code of the super-block's d, which maps
  * the largest ideal scale onto the code -32. With dl = d·(code) the sub-block's step, a value
@@ -2130,6 +2171,7 @@ int main(void)
     RUN(test_quantize_known);
     RUN(test_quantize_random);
     RUN(test_quantize_k);
+    RUN(test_iq4_nearest);
     RUN(test_quantize_iq4_nl);
     RUN(test_quantize_iq4_xs);
     RUN(test_quantize_iq);

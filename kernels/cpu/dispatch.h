@@ -51,17 +51,37 @@ static inline void mvm_k_qunpack(enum mvm_wtype t, const uint8_t *blk, int8_t q[
     }
 }
 
-/* The IQ4_NL table's entry nearest v (the lower one on ties): IQ4_NL's and IQ4_XS's
- * quantizers (convert.c, kquant.c). */
-static inline uint8_t mvm_k_iq4_nearest(float v)
+/* The first of entries lo .. hi of the IQ4_NL table at the least |v - entry| in F32. */
+static inline uint8_t mvm_k_iq4_first_nearest(float v, int lo, int hi)
 {
-    int best = 0;
-    for (int k = 1; k < 16; k++) {
+    int best = lo;
+    for (int k = lo + 1; k <= hi; k++) {
         const int kv = mvm_k_table(MVM_W_IQ4_NL, k), bv = mvm_k_table(MVM_W_IQ4_NL, best);
         if (fabsf(v - (float)kv) < fabsf(v - (float)bv))
             best = k;
     }
     return (uint8_t)best;
+}
+
+/* The IQ4_NL table's entry nearest v (the lower one on ties; NaN: entry 0): IQ4_NL's and
+ * IQ4_XS's quantizers (convert.c, kquant.c), and the KV cache's IQ4_NL rows. The entries
+ * ascend, so v's nearest is c, the count of the midpoints between neighbours below it (each
+ * exact in F32); the F32 distances' rounding (at most 2^-14 where |v| < 1024) is far under
+ * the table's gaps (10 and more), so the first nearest over all 16 in F32 is among c - 1 ..
+ * c + 1, where it is picked by the same rule. Larger v (rounding could tie every entry), NaN
+ * and infinities take the rule over all 16. A 16-entry search was 16% of a prompt's time
+ * over an IQ4_NL cache (docs/perf/cpu.md, session 125). */
+static inline uint8_t mvm_k_iq4_nearest(float v)
+{
+    static const float mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f,
+                                  -4.5f,   7.0f,   19.0f,  31.5f,  45.5f,  61.0f,  79.0f,
+                                  101.0f};
+    if (!(fabsf(v) < 1024.0f))
+        return mvm_k_iq4_first_nearest(v, 0, 15);
+    int c = 0;
+    for (int i = 0; i < 15; i++)
+        c += v > mid[i];
+    return mvm_k_iq4_first_nearest(v, c > 0 ? c - 1 : 0, c < 15 ? c + 1 : 15);
 }
 
 /* ---- what the K quantizers of kquant.c and kquant23.c share ---------------------------- */
