@@ -83,8 +83,8 @@ mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
 mvm_status mvm_ctx_gpu_flags(unsigned *flags);
 /* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
  * kv_type: one of kv_cache.h's MVM_KV_TYPES, "f16", "q8_0"..., or NULL for MOEVM_KV_TYPE;
- * the predict module `predict`, "name" or "name{k=v,...}" or NULL for MOEVM_PREDICT's, whose SMoE speculative pass takes scratch of
- * its own) takes on a GPU beside the experts' budget, as mvm_ctx_create would allocate it:
+ * the predict module `predict`, "name" or "name{k=v,...}" or NULL for MOEVM_PREDICT's,
+ * whose SMoE speculative pass takes scratch of its own) takes on a GPU beside the experts' budget, as mvm_ctx_create would allocate it:
  * *weights, the weights besides the experts; *rest, the KV cache and scratch. m's space is
  * not needed (plan.h's mvm_plan_space sizes the automatic budget with it before making the
  * space; a probed model, mvm_model_probe, sizes *rest the same but may lack weights that

@@ -4,6 +4,7 @@
  */
 #include "engine/forward/kv_cache.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,8 +57,11 @@ mvm_status mvm_kv_type_parse(const char *name, enum mvm_wtype *out)
                 *out = (enum mvm_wtype)t;
                 return MVM_OK;
             }
-    return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16, f32, bf16, q8_0, q4_0, "
-                    "q4_1, q5_0, q5_1 or iq4_nl", name);
+    char list[128] = "";
+    for (int i = 0; i < MVM_KV_N_TYPES; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", names[i],
+                 i + 2 < MVM_KV_N_TYPES ? ", " : i + 1 < MVM_KV_N_TYPES ? " or " : "");
+    return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use %s", name, list);
 }
 
 mvm_status mvm_kv_layout_seqs(mvm_kv_layout *l, uint32_t n_seq)
