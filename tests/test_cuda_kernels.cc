@@ -835,10 +835,10 @@ static void test_rope(void)
  * more than a block's threads too), both cache types, the position given and on the
  * device; the cache's other rows untouched. */
 static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox, uint32_t n_rot,
-                         enum mvm_wtype t, int on_dev)
+                         enum mvm_wtype t, int on_dev, uint32_t hd = 16)
 {
-    const uint32_t n_tok = 3, hd = 16, pos0 = 5, n_ctx = 12, q_dim = nh * hd, kv_dim = nkv * hd;
-    const size_t es = t == MVM_W_F16 ? 2 : 4;
+    const uint32_t n_tok = 3, pos0 = 5, n_ctx = 12, q_dim = nh * hd, kv_dim = nkv * hd;
+    const size_t row_bytes = mvm_k_row_bytes(t, kv_dim);
     const float eps = 1e-5f;
     const mvm_rope r = {n_rot, neox, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f};
     const int rows = norm == MVM_G_QK_NORM_ROWS;
@@ -847,7 +847,7 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
     const std::vector<float> qn = randoms(rows ? q_dim : hd), kn = randoms(rows ? kv_dim : hd);
     const uint32_t on_device = pos0;
     const mvm_dptr pos = on_dev ? dp(&on_device) : 0;
-    const size_t first = on_dev ? 0 : (size_t)pos0 * kv_dim * es; /* where the rows go */
+    const size_t first = on_dev ? 0 : (size_t)pos0 * row_bytes; /* where the rows go */
     /* one after the other */
     std::vector<float> q1 = q, k1 = k;
     if (norm == MVM_G_QK_NORM_HEAD) {
@@ -872,10 +872,9 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
     mvm_g_rope_args ra = {dp(q1.data()), dp(k1.data()), q_dim, kv_dim, n_tok, nh, hd, nkv, hd,
                           on_dev ? 0 : pos0, r, pos};
     launch(mvm_g_rope, ra, mvm_g_rope_shape(&ra));
-    std::vector<uint8_t> kc1(n_ctx * kv_dim * es, 0xA5), vc1 = kc1, kc2 = kc1, vc2 = kc1;
+    std::vector<uint8_t> kc1(n_ctx * row_bytes, 0xA5), vc1 = kc1, kc2 = kc1, vc2 = kc1;
     mvm_g_store_rows_args sa = {dp(kc1.data() + first), dp(k1.data()), dp(vc1.data() + first),
-                                dp(v.data()), kv_dim, kv_dim, kv_dim, n_tok, t == MVM_W_F16, 0,
-                                pos};
+                                dp(v.data()), kv_dim, kv_dim, kv_dim, n_tok, t, 0, pos};
     launch(mvm_g_store_rows, sa, mvm_g_store_rows_shape(&sa));
     /* in one launch, the queries from a copy of their own (q_in), into a poisoned q */
     std::vector<float> qin = q, k2 = k, q2(q.size(), NAN);
@@ -886,10 +885,15 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
                             .vc = dp(vc2.data() + first), .pos = pos, .q_stride = q_dim,
                             .kv_stride = kv_dim, .cache_stride = kv_dim, .n_tok = n_tok,
                             .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .norm = norm,
-                            .kv_f16 = t == MVM_W_F16, .pos0 = on_dev ? 12345 : pos0,
+                            .kv_type = t, .pos0 = on_dev ? 12345 : pos0,
                             .eps = eps, .rope = r};
     launch(mvm_g_qk_rope, a, mvm_g_qk_rope_shape(&a));
     CHECK(q2 == q1 && kc2 == kc1 && vc2 == vc1 && qin == q && k2 == k);
+    /* the rows as the CPU's cache stores those floats, the rows around them untouched */
+    std::vector<uint8_t> kw(n_ctx * row_bytes, 0xA5), vw = kw;
+    mvm_k_quantize(t, k1.data(), &kw[pos0 * row_bytes], (size_t)n_tok * kv_dim);
+    mvm_k_quantize(t, v.data(), &vw[pos0 * row_bytes], (size_t)n_tok * kv_dim);
+    CHECK(kc1 == kw && vc1 == vw);
     /* the CPU's */
     std::vector<float> want = q;
     for (uint32_t i = 0; i < n_tok; i++) {
@@ -907,15 +911,17 @@ static void test_qk_rope(void)
         for (uint32_t heads : {4u, 40u}) /* 40 x 16: a row of more floats than threads */
             for (uint32_t neox = 0; neox < 2; neox++)
                 for (uint32_t n_rot : {12u, 16u})
-                    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32})
-                        for (int on_dev = 0; on_dev < 2; on_dev++)
-                            qk_rope_case(norm, heads, heads / 2, neox, n_rot, t, on_dev);
+                    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32, MVM_W_Q8_0})
+                        for (int on_dev = 0; on_dev < 2; on_dev++) /* Q8_0: whole blocks */
+                            qk_rope_case(norm, heads, heads / 2, neox, n_rot, t, on_dev,
+                                         t == MVM_W_Q8_0 ? 32 : 16);
 }
 
-/* The cache's n floats as elements of type kv (F16: rounded as the engine stores them). */
+/* The cache's n floats as elements of type kv (F16: rounded as the engine stores them; Q8_0:
+ * quantized so). */
 static std::vector<uint8_t> cache_of(const std::vector<float> &x, enum mvm_wtype kv)
 {
-    std::vector<uint8_t> c(x.size() * (kv == MVM_W_F16 ? 2 : 4));
+    std::vector<uint8_t> c(mvm_k_row_bytes(kv, x.size()));
     mvm_k_quantize(kv, x.data(), c.data(), x.size());
     return c;
 }
@@ -929,7 +935,8 @@ struct attn_heads {
  * with sinks (gpt-oss), head h's logit sinks[h], large enough to take a good part of the
  * mass. With a ring (engine/forward/kv_cache.h: window + n_tok rows, each position written to two,
  * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
- * The cache's elements are F32 or F16. The split parts are poisoned and sized by
+ * The cache's elements are F32, F16 or Q8_0 (then the same output, bit for bit, as over an
+ * F32 cache of the blocks' values: the block reader's words and shifts). The split parts are poisoned and sized by
  * mvm_g_attention_part_bytes for this batch; the combine runs where there are several
  * splits, as mvm_gpu_attention does. With latent, the key rows are the values too; with
  * latent or mma, mvm_g_attention_mma computes the splits. Returns the launch's split count. */
@@ -940,7 +947,7 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
 {
     mma |= latent;
     const uint32_t nh = H.nh, nkv = H.nkv, hd = H.hd, q_dim = nh * hd, kv_dim = nkv * hd;
-    const uint32_t R = ring ? window + n_tok : 0, es = kv == MVM_W_F16 ? 2 : 4;
+    const uint32_t R = ring ? window + n_tok : 0;
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<float> q = randoms(n_tok * q_dim, 2.0f), sinks = randoms(nh, 3.0f);
     std::vector<uint8_t> kc = cache_of(randoms(n_ctx * kv_dim, 2.0f), kv),
@@ -951,12 +958,12 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
         for (uint32_t h = 0; h < nh; h++) {
             const uint32_t n_pos = pos0 + i + 1;
             const uint32_t first = window && n_pos > window ? n_pos - window : 0;
-            const size_t kvo = (first * kv_dim + (h / (nh / nkv)) * hd) * es;
+            const size_t kvo = mvm_k_row_bytes(kv, first * kv_dim + (h / (nh / nkv)) * hd);
             mvm_k_attn_heads(&q[i * q_dim + h * hd], 1, kv, &kc[kvo], &vc[kvo], kv_dim,
                              n_pos - first, hd, scale, with_sinks ? &sinks[h] : NULL,
                              scratch.data(), &want[i * q_dim + h * hd]);
         }
-    const size_t row = kv_dim * es;
+    const size_t row = mvm_k_row_bytes(kv, kv_dim);
     std::vector<uint8_t> rk(2 * R * row, 0xFF), rv(2 * R * row, 0xFF); /* NaN: poisoned */
     for (uint32_t p = 0; p < pos0 + n_tok; p++)
         for (uint32_t copy = 0; ring && copy < 2; copy++) {
@@ -968,8 +975,7 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
                               dp(ring ? rv.data() : latent ? kc.data() : vc.data()),
                               dp(out.data()),
                               dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
-                              pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0,
-                              0, 0, 0, 0};
+                              pos0, nh, nkv, hd, n_ctx, window, R, kv, scale, 0, 0, 0, 0, 0};
     a.mma = mma; /* its own splits */
     const uint32_t splits = mvm_g_attention_splits(&a);
     CHECK(!mma || mvm_g_attention_mma_takes(&a));
@@ -992,6 +998,19 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
     if (splits > 1)
         launch(mvm_g_attention_combine, d, mvm_g_attention_combine_shape(&a));
     CHECK(memcmp(out_d.data(), out.data(), out.size() * sizeof(float)) == 0);
+    if (kv == MVM_W_Q8_0 && !ring) {
+        std::vector<float> kf(n_ctx * kv_dim), vf(kf.size()), out_f(out.size(), POISON);
+        mvm_k_dequantize(kv, kc.data(), kf.data(), kf.size());
+        mvm_k_dequantize(kv, latent ? kc.data() : vc.data(), vf.data(), vf.size());
+        std::fill(part.begin(), part.end(), 0xFF);
+        mvm_g_attention_args f = a;
+        f.kc = dp(kf.data()), f.vc = dp(latent ? kf.data() : vf.data());
+        f.out = dp(out_f.data()), f.kv_type = MVM_W_F32;
+        run(f);
+        if (splits > 1)
+            launch(mvm_g_attention_combine, f, mvm_g_attention_combine_shape(&a));
+        CHECK(memcmp(out_f.data(), out.data(), out.size() * sizeof(float)) == 0);
+    }
     if (hd % MVM_QBLOCK == 0) { /* the output also quantized for a Q type's product: the
                                    CPU's bytes of the same floats, rows act_stride apart */
         const size_t qb = mvm_k_act_bytes(MVM_W_Q4_0, q_dim), as = qb + 6;
@@ -1053,6 +1072,13 @@ static void test_attention(void)
     attention_case(2, 300, 302, 0, true, false, MVM_W_F32, {20, 2, 16});
     attention_case(1, 200, 201, 0, false, false, MVM_W_F16, {16, 1, 576});
     attention_case(2, 90, 92, 0, false, false, MVM_W_F32, {3, 1, 1600});
+    /* A Q8_0 cache (heads of whole blocks): causal, a window with sinks, a ring; heads of 32
+     * (blocks at 4k and 4k + 2 bytes), OLMoE's 128 over splits; groups of 8 */
+    attention_case(3, 5, 12, 0, false, false, MVM_W_Q8_0, {4, 2, 32});
+    attention_case(4, 7, 16, 3, true, false, MVM_W_Q8_0, {4, 2, 32});
+    attention_case(4, 7, 64, 5, true, true, MVM_W_Q8_0, {4, 2, 32});
+    attention_case(2, 200, 300, 0, false, false, MVM_W_Q8_0, {16, 2, 64});
+    CHECK(attention_case(1, 1499, 1500, 0, false, false, MVM_W_Q8_0, {16, 16, 128}) > 1);
     /* OLMoE's heads, decode in one split and over splits: the output quantized too */
     attention_case(1, 100, 128, 0, false, false, MVM_W_F16, {16, 16, 128});
     CHECK(attention_case(1, 1499, 1500, 0, false, false, MVM_W_F16, {16, 16, 128}) > 1);
@@ -1086,14 +1112,16 @@ static void test_attention_mma(void)
     CHECK(attention_case(1, 1499, 1500, 0, true, false, f16, {64, 8, 64}, false, true) > 1);
     mvm_g_attention_args a = {};
     a.kc = a.vc = 256, a.n_tok = 1, a.pos0 = 9, a.n_head = 32, a.n_head_kv = 2;
-    a.head_dim = 64, a.n_ctx = 16, a.kv_f16 = 1;
+    a.head_dim = 64, a.n_ctx = 16, a.kv_type = MVM_W_F16;
     CHECK(mvm_g_attention_mma_takes(&a));
     mvm_g_attention_args b = a;
     b.vc = 512, b.head_dim = 272; /* values of their own, of the widest that both stage */
     CHECK(mvm_g_attention_mma_takes(&b));
     b.head_dim = 288;
     CHECK(!mvm_g_attention_mma_takes(&b));
-    b = a, b.kv_f16 = 0;
+    b = a, b.kv_type = MVM_W_F32;
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.kv_type = MVM_W_Q8_0;
     CHECK(!mvm_g_attention_mma_takes(&b));
     b = a, b.n_head_kv = 32 / 3 + 1, b.n_head = 3 * b.n_head_kv; /* groups of 3 heads */
     CHECK(!mvm_g_attention_mma_takes(&b));
@@ -1153,33 +1181,38 @@ static void test_attention_part_bytes(void)
  * (mvm_fp32_to_fp16, nearest even), F32 as they are; the elements between rows untouched. */
 static void test_store_rows(void)
 {
-    const uint32_t n = 300, rows = 3, src_stride = n + 5, dst_stride = n + 9;
-    std::vector<float> src = randoms(rows * src_stride, 4.0f);
-    src[1] = 65520.0f, src[2] = 1e-6f, src[3] = -0.0f; /* overflow, a subnormal, a sign */
-    std::vector<float> src2 = randoms(rows * src_stride, 4.0f); /* the values, with both */
-    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32})
+    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32, MVM_W_Q8_0}) {
+        /* Q8_0: whole blocks, 10 a row (the last warp's lanes past them), 11 from row to row */
+        const bool q8 = t == MVM_W_Q8_0;
+        const uint32_t n = q8 ? 320 : 300, rows = 3, src_stride = n + 5;
+        const uint32_t dst_stride = q8 ? n + 32 : n + 9;
+        std::vector<float> src = randoms(rows * src_stride, 4.0f);
+        src[1] = 65520.0f, src[2] = 1e-6f, src[3] = -0.0f; /* overflow, a subnormal, a sign */
+        std::vector<float> src2 = randoms(rows * src_stride, 4.0f); /* the values, with both */
+        src2[q8 ? 40 : 0] = NAN; /* a NaN in a block (its CPU's running max) */
+        const size_t row = mvm_k_row_bytes(t, dst_stride);
         for (int both = 0; both < 2; both++) {
-            const size_t es = t == MVM_W_F16 ? 2 : 4;
-            std::vector<uint8_t> dst(rows * dst_stride * es, 0xA5), want = dst;
+            std::vector<uint8_t> dst(rows * row, 0xA5), want = dst;
             std::vector<uint8_t> dst2 = dst, want2 = dst;
             for (uint32_t i = 0; i < rows; i++) {
-                mvm_k_quantize(t, &src[i * src_stride], &want[i * dst_stride * es], n);
+                mvm_k_quantize(t, &src[i * src_stride], &want[i * row], n);
                 if (both)
-                    mvm_k_quantize(t, &src2[i * src_stride], &want2[i * dst_stride * es], n);
+                    mvm_k_quantize(t, &src2[i * src_stride], &want2[i * row], n);
             }
             mvm_g_store_rows_args a = {dp(dst.data()), dp(src.data()),
                                        both ? dp(dst2.data()) : 0, both ? dp(src2.data()) : 0,
-                                       dst_stride, src_stride, n, rows, t == MVM_W_F16, 0, 0};
+                                       dst_stride, src_stride, n, rows, t, 0, 0};
             launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
             CHECK(dst == want && dst2 == want2);
             /* the rows from the position on the device (a decode graph's): 2 rows on */
             const uint32_t on_device = 2;
-            std::vector<uint8_t> shifted((rows + 2) * dst_stride * es, 0xA5), want_s = shifted;
-            std::copy(want.begin(), want.end(), want_s.begin() + 2 * dst_stride * es);
+            std::vector<uint8_t> shifted((rows + 2) * row, 0xA5), want_s = shifted;
+            std::copy(want.begin(), want.end(), want_s.begin() + 2 * row);
             a.dst = dp(shifted.data()), a.dst2 = 0, a.src2 = 0, a.pos = dp(&on_device);
             launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
             CHECK(shifted == want_s);
         }
+    }
 }
 
 /* One token's routing as the host's (engine/forward/moe_step.c) computes it, written

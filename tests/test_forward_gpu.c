@@ -61,15 +61,18 @@ static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3, 128, 64, 200, 17, 42
  * then have 96 channels, so that their down matrices fall back to Q5_0/Q8_0 as in
  * llama.cpp's Qwen2-MoE files. */
 static uint32_t preset_layers; /* preset_path's blocks (0: the preset's) */
+static uint32_t preset_head_dim; /* and heads (0: the preset's; 32 for a Q8_0 KV cache) */
 
 static const char *preset_path(const char *arch, const char *preset, enum mvm_wtype t)
 {
     static char p[128];
-    snprintf(p, sizeof p, "%s/%s-%s-%d-L%u.gguf", dir, arch, preset, (int)t, preset_layers);
+    snprintf(p, sizeof p, "%s/%s-%s-%d-L%u-H%u.gguf", dir, arch, preset, (int)t, preset_layers,
+             preset_head_dim);
     if (access(p, R_OK) != 0) {
         mvm_model_spec s = mvm_preset_find(preset, arch)->spec;
         s.type = t;
         s.n_layer = preset_layers ? preset_layers : s.n_layer;
+        s.head_dim = preset_head_dim ? preset_head_dim : s.head_dim;
         s.seed = 11;
         if (mvm_k_is_k(t)) {
             s.n_embd = s.n_ff = 256;
@@ -289,6 +292,46 @@ static void check_zerocopy_refused(const char *path)
     mvm_model_free(m);
 }
 
+/* The KV cache types the device refuses, each with a line naming it, when a context is sized
+ * and when it is made: deepseek2's latent rows in Q8_0 (heads of whole blocks here: a latent
+ * of 48 + 16, which the CPU backend takes), and a type only the CPU reads (Q4_0, over heads
+ * of 32 that its layout takes). */
+static void test_kv_types_refused(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/deepseek2-latent64.gguf", dir);
+    mvm_model_spec s = mvm_preset_find("tiny", "deepseek2")->spec;
+    s.type = MVM_W_F32, s.seed = 11, s.ds.kv_lora = 64 - s.ds.n_rot;
+    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
+    preset_head_dim = 32;
+    const char *llama = preset_path("llama", "tiny", MVM_W_F32);
+    preset_head_dim = 0;
+    const struct { const char *path, *kv, *says; } cases[] = {
+        {path, "q8_0", "a q8_0 KV cache on the GPU takes grouped-query attention; deepseek2's "
+                       "latent rows are read as f16 or f32"},
+        {NULL, "q4_0", "a q4_0 KV cache is read by the CPU backend only; the GPU's attention "
+                       "reads f16, f32 or q8_0"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *model = cases[i].path ? cases[i].path : llama;
+        mvm_model *m = NULL, *host = NULL;
+        mvm_ctx *c = NULL;
+        uint64_t w = 0, rest = 0;
+        mvm_ctx_policies pol = {.kv_type = cases[i].kv};
+        CHECK_ST(load(model, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+        CHECK_ST(load(model, MVM_BACKEND_HOST, 1, &host), MVM_OK);
+        if (m && host) {
+            CHECK_ST(mvm_ctx_device_bytes(m, 32, 4, cases[i].kv, NULL, &w, &rest),
+                     MVM_ERR_UNSUPPORTED);
+            CHECK(strstr(mvm_last_error(), cases[i].says) != NULL);
+            CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &pol, &c), MVM_ERR_UNSUPPORTED);
+            CHECK(!c && strstr(mvm_last_error(), cases[i].says) != NULL);
+            CHECK_ST(mvm_ctx_create(host, pool, 32, 4, &pol, &c), MVM_OK); /* the CPU's */
+            mvm_ctx_free(c);
+        }
+        mvm_model_free(m), mvm_model_free(host);
+    }
+}
+
 /* The types of the mmq kernels (kernels/cuda/mmq.cu), by their kernels' names */
 #define MMQ_NAME(name, T) #name,
 static const char *const mmq_types[] = {MVM_G_MMQ_TYPES(MMQ_NAME)};
@@ -429,7 +472,9 @@ static void test_mmq(void)
  * two compute a last bit apart may round to F16 values an F16 ulp apart (check_forward
  * compares both against the reference); there the attention runs on the tensor cores
  * wherever they take it (MOEVM_ATTN_MMA=on; gpt-oss's block without a window, with its
- * sinks, not its windowed ones). deepseek2: MLA
+ * sinks, not its windowed ones); and with a Q8_0 cache (not deepseek2's latent rows, which
+ * the device refuses in Q8_0), the same blocks on both sides where the floats quantized
+ * are the same, a quant a step apart where they straddle a rounding boundary. deepseek2: MLA
  * with one q matrix, and with V3's q bottleneck from the older attn_kv_b; glm4moe: GLM-4.5's
  * kind (QK norm) and Air's (none); both with a dense block first and shared experts;
  * minimax-m2: QK norm over the whole q and k, partial RoPE, sigmoid routing with a bias;
@@ -452,14 +497,22 @@ static void test_matches_cpu(void)
                  {"glm4moe", "tiny-air", MVM_W_Q4_0}, {"minimax-m2", "tiny", MVM_W_Q8_0},
                  {"gpt-oss", "tiny", MVM_W_F32}, {"gpt-oss", "tiny", MVM_W_MXFP4}};
     const size_t n_cases = sizeof cases / sizeof *cases;
-    for (size_t u = 0; u < 2 * n_cases; u++) {
+    for (size_t u = 0; u < 3 * n_cases; u++) {
         const size_t i = u % n_cases;
-        const int f16 = u >= n_cases;
+        const int f16 = u / n_cases == 1, q8 = u / n_cases == 2;
         if (f16 && cases[i].type != MVM_W_F32)
             continue;
-        kv_type = f16 ? "f16" : "f32";
+        /* Q8_0 caches: llama (no QK norm), OLMoE and MiniMax-M2 (norms over the rows),
+         * gpt-oss (rings, sinks), in heads of 32 */
+        if (q8 && ((cases[i].type != MVM_W_F32 && cases[i].type != MVM_W_Q8_0) ||
+                   !strcmp(cases[i].arch, "deepseek2")))
+            continue;
+        preset_head_dim = q8 ? 32 : 0;
+        kv_type = f16 ? "f16" : q8 ? "q8_0" : "f32";
         if (f16)
             setenv("MOEVM_ATTN_MMA", "on", 1);
+        else
+            unsetenv("MOEVM_ATTN_MMA");
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
         struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 4, 0);
@@ -467,7 +520,7 @@ static void test_matches_cpu(void)
         struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
         const unsigned long mma = fakecuda_engine_launches("mvm_g_attention_mma") - mma0;
         int oss = strcmp(cases[i].arch, "gpt-oss") == 0;
-        CHECK(f16 ? mma > 0 : mma == 0); /* an F32 cache: never */
+        CHECK(f16 ? mma > 0 : mma == 0); /* an F32 or Q8_0 cache: never */
         /* token by token, gpt-oss's windowed blocks keep a ring of 5 + 1 rows (twice), which
          * the prompt's 14 positions go round more than twice (batches of 4: 9 rows) */
         struct run *serial = i == 0 || oss ? run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0) : NULL;
@@ -475,7 +528,7 @@ static void test_matches_cpu(void)
             double e = check_rel_l2(gpu->logits, cpu->logits, n);
             /* Q types: activations quantized to Q8_0 from floats that differ in the last
              * bits may round a value the other way; F32 sums only in another order. */
-            double tol = f16 ? 1e-3 : cases[i].type == MVM_W_F32 ? 1e-5 : 2e-3;
+            double tol = f16 || q8 ? 1e-3 : cases[i].type == MVM_W_F32 ? 1e-5 : 2e-3;
             CHECK(e < tol);
             if (!(e < tol))
                 fprintf(stderr, "  %s %s type %d, KV %s: relative error %.3g\n",
@@ -484,7 +537,7 @@ static void test_matches_cpu(void)
             CHECK(gpu->resid.accesses == cpu->resid.accesses && gpu->resid.accesses > 0);
             CHECK(gpu->packed && !cpu->packed);
         }
-        const double serial_tol = f16 ? 1e-3 : 1e-5;
+        const double serial_tol = f16 || q8 ? 1e-3 : 1e-5;
         if (serial && gpu && !(check_rel_l2(serial->logits, gpu->logits, n) < serial_tol)) {
             CHECK(0);
             fprintf(stderr, "  %s %s type %d, KV %s: token by token differs\n", cases[i].arch,
@@ -493,6 +546,7 @@ static void test_matches_cpu(void)
         free_run(cpu), free_run(gpu), free_run(serial);
     }
     kv_type = NULL;
+    preset_head_dim = 0;
     unsetenv("MOEVM_ATTN_MMA");
     setenv("MOEVM_PACK", "off", 1);
 }
@@ -612,7 +666,7 @@ static void test_logit_chunks(void)
 /* mvm_ctx_device_bytes, which an automatic budget leaves room for, is what a context then
  * takes of the device (the fake's cuMemGetInfo, before and after): at least that, and no more
  * than 256-byte rounding of each allocation above it (32 KiB: 4 KiB seen); for grouped-query attention, MLA and
- * gpt-oss's rings, F16 and F32 caches, several lengths, on a device of compute capability
+ * gpt-oss's rings, F16, F32 and Q8_0 caches, several lengths, on a device of compute capability
  * 9.0 and 7.5 (whose experts take cuBLAS, not the mmq kernels: the sizing pass asks the
  * driver), with the predict module `predict` (NULL: none; SMoE's speculative one has
  * scratch of its own). A model without its space sizes the same (the load sizes it before
@@ -665,12 +719,15 @@ static void test_context_bytes(void)
     static const struct { const char *arch, *preset, *kv; uint32_t n_ctx, batch; } cases[] = {
         {"llama", "tiny", "f32", 32, 4}, {"qwen3moe", "tiny", "f16", 300, 32},
         {"deepseek2", "tiny-v3", "f16", 64, 8}, {"gpt-oss", "tiny", "f32", 100, 1},
-        {"glm4moe", "tiny", "f16", 17, 17}};
+        {"glm4moe", "tiny", "f16", 17, 17}, {"qwen3moe", "tiny", "q8_0", 300, 32},
+        {"gpt-oss", "tiny", "q8_0", 100, 4}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         uint64_t used[2];
+        preset_head_dim = strcmp(cases[i].kv, "q8_0") ? 0 : 32; /* whole blocks */
         for (int k = 0; k < 2; k++)
             used[k] = context_bytes_case(cases[i].arch, cases[i].preset, cases[i].kv,
                                          cases[i].n_ctx, cases[i].batch, k ? 7 : 9, NULL);
+        preset_head_dim = 0;
         if (cases[i].batch < 32) /* no batch reaches MOEVM_GEMM_ROWS: no scratch either way */
             CHECK(used[0] == used[1]);
     }
@@ -2154,6 +2211,33 @@ static void test_gemm(void)
         }
         free_run(cpu), free_run(gpu);
     }
+    /* a Q8_0 cache (heads of 32): the prompt's attention reads its rows converted to F16
+     * (llama: every position; gpt-oss: its blocks with windows too, whose rows below the
+     * window are not converted); the same logits as by the attention kernel, which reads the
+     * blocks (MOEVM_GEMM_BATCH=off), to F16's rounding of the queries and weights; the
+     * CPU's within the quantized bound (keys computed from F16 inputs here move quants) */
+    static const char *const q8_archs[] = {"llama", "gpt-oss"};
+    for (size_t i = 0; i < sizeof q8_archs / sizeof *q8_archs; i++) {
+        preset_head_dim = 32;
+        const char *path = preset_path(q8_archs[i], "tiny", MVM_W_F16);
+        preset_head_dim = 0;
+        size_t n = N_PROMPT * mvm_preset_find("tiny", q8_archs[i])->spec.n_vocab;
+        kv_type = "q8_0";
+        struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 8, 0);
+        const unsigned long conv0 = fakecuda_engine_launches("mvm_g_dequant_q8_0");
+        struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
+        CHECK(fakecuda_engine_launches("mvm_g_dequant_q8_0") > conv0);
+        setenv("MOEVM_GEMM_BATCH", "off", 1);
+        struct run *kernel = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
+        unsetenv("MOEVM_GEMM_BATCH");
+        kv_type = NULL;
+        double e = gpu && kernel ? check_rel_l2(gpu->logits, kernel->logits, n) : 1;
+        double e_cpu = gpu && cpu ? check_rel_l2(gpu->logits, cpu->logits, n) : 1;
+        fprintf(stderr, "  %s tiny, a Q8_0 cache, on the tensor cores: relative error %.3g "
+                "(the CPU's: %.3g)\n", q8_archs[i], e, e_cpu);
+        CHECK(e < 3e-3 && e_cpu < 6e-2);
+        free_run(cpu), free_run(gpu), free_run(kernel);
+    }
     /* a scratch for one row or channel group: every matrix and expert in chunks, the
      * chunks of an expert's down adding up in its rows, and a batch's attention in chunks
      * of queries (the second batch of 8: 6 queries, 4 a chunk over its 16 positions); the
@@ -2398,6 +2482,7 @@ int main(int argc, char **argv)
     RUN(test_matches_cpu);
     RUN(test_batch_sequences);
     RUN(test_context_bytes);
+    RUN(test_kv_types_refused);
     RUN(test_logit_chunks);
     RUN(test_residency);
     RUN(test_load_wait);

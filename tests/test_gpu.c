@@ -393,7 +393,7 @@ static void attention_case(uint32_t nh, uint32_t nkv, uint32_t hd, int latent)
             }
         mvm_g_attention_args a = {.q = dq, .kc = dk, .vc = dv, .out = dout, .part = dpart,
                                   .n_tok = n_tok, .pos0 = pos0, .n_head = nh, .n_head_kv = nkv,
-                                  .head_dim = hd, .n_ctx = n_ctx, .kv_f16 = 1, .scale = scale};
+                                  .head_dim = hd, .n_ctx = n_ctx, .kv_type = MVM_W_F16, .scale = scale};
         CHECK(mvm_g_attention_splits(&a) > 1);
         CHECK(mvm_g_attention_mma_takes(&a));
         for (int mma = 0; mma < 3; mma++) { /* off, on, mvm_gpu_attention's choice */

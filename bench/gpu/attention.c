@@ -6,6 +6,8 @@
  * run says which MOEVM_ATTN_MMA should choose. A decoded token reads every key and value row of the context once per
  * group of heads, so the figure of merit is those bytes over the time, against the GPU's
  * memory bandwidth; a 32-token batch (prefill's) is timed too, its bytes counted per query.
+ * The grouped-query shapes run over a Q8_0 cache too (llama.cpp's -ctk q8_0 -ctv q8_0: 53%
+ * of F16's bytes, ops.cu's block reader), which the device takes for them alone.
  *
  *   bench_gpu_attention path/to/libcuda.so.1 [max positions (default 131072)] [reps (20)]
  *
@@ -49,9 +51,21 @@ static void fill_f32(void *h, size_t bytes)
         ((float *)h)[i] = (float)(i * 7919 % 1000) * 1e-3f - 0.5f;
 }
 
-static mvm_status filled(mvm_gpu *g, size_t bytes, int f16, mvm_dptr *out)
+/* Q8_0 blocks of scale 2^-7 (0x2000) and quants -64..63. */
+static void fill_q8_0(void *h, size_t bytes)
 {
-    return bench_filled(g, bytes, f16 ? fill_f16 : fill_f32, out);
+    for (size_t b = 0; b < bytes / sizeof(mvm_block_q8_0); b++) {
+        mvm_block_q8_0 *blk = (mvm_block_q8_0 *)h + b;
+        blk->d = 0x2000;
+        for (int j = 0; j < MVM_QBLOCK; j++)
+            blk->qs[j] = (int8_t)((b * 7919 + (size_t)j * 31) % 128 - 64);
+    }
+}
+
+static mvm_status filled(mvm_gpu *g, size_t bytes, enum mvm_wtype t, mvm_dptr *out)
+{
+    return bench_filled(g, bytes, t == MVM_W_Q8_0 ? fill_q8_0 : t == MVM_W_F16 ? fill_f16
+                                                                              : fill_f32, out);
 }
 
 /* Seconds per call of mvm_gpu_attention_on(a, mma), the best of reps after one warm-up. */
@@ -70,21 +84,22 @@ static double time_attention(mvm_gpu *g, const mvm_g_attention_args *a, int mma,
     return best;
 }
 
-static int run_shape(mvm_gpu *g, const struct shape *s, uint32_t max_pos, int reps)
+static int run_shape(mvm_gpu *g, const struct shape *s, enum mvm_wtype kv, uint32_t max_pos,
+                     int reps)
 {
     const uint32_t batch = 32, kv_dim = s->n_head_kv * s->head_dim;
     const uint32_t q_dim = s->n_head * s->head_dim;
-    const size_t rows = (size_t)max_pos * kv_dim * 2; /* F16 */
+    const size_t row = mvm_k_row_bytes(kv, kv_dim), rows = (size_t)max_pos * row;
     mvm_dptr q, kc, vc, out, part;
-    if (filled(g, (size_t)batch * q_dim * 4, 0, &q) != MVM_OK ||
-        filled(g, rows, 1, &kc) != MVM_OK ||
-        (s->mla ? (vc = kc, MVM_OK) : filled(g, rows, 1, &vc)) != MVM_OK ||
+    if (filled(g, (size_t)batch * q_dim * 4, MVM_W_F32, &q) != MVM_OK ||
+        filled(g, rows, kv, &kc) != MVM_OK ||
+        (s->mla ? (vc = kc, MVM_OK) : filled(g, rows, kv, &vc)) != MVM_OK ||
         mvm_gpu_alloc(g, (size_t)batch * q_dim * 4, &out) != MVM_OK ||
         mvm_gpu_alloc(g, mvm_g_attention_part_bytes(batch, s->n_head, s->n_head_kv,
                                                     s->head_dim), &part) != MVM_OK)
         return fail(s->name);
-    printf("\n%s, F16 cache\n\n| positions | queries | kernel | splits | us | KV GB/s |\n"
-           "|---:|---:|---|---:|---:|---:|\n", s->name);
+    printf("\n%s, %s cache\n\n| positions | queries | kernel | splits | us | KV GB/s |\n"
+           "|---:|---:|---|---:|---:|---:|\n", s->name, kv == MVM_W_Q8_0 ? "Q8_0" : "F16");
     /* 512: a short chat's decode, where a split is few tiles and the launch few blocks */
     static const uint32_t positions[] = {512, 4096, 32768, 131072};
     mvm_status st = MVM_OK;
@@ -94,11 +109,11 @@ static int run_shape(mvm_gpu *g, const struct shape *s, uint32_t max_pos, int re
             mvm_g_attention_args a = {.q = q, .kc = kc, .vc = vc, .out = out, .part = part,
                                       .n_tok = n_tok, .pos0 = n - n_tok, .n_head = s->n_head,
                                       .n_head_kv = s->n_head_kv, .head_dim = s->head_dim,
-                                      .n_ctx = max_pos, .kv_f16 = 1,
+                                      .n_ctx = max_pos, .kv_type = kv,
                                       .scale = 0.0884f}; /* the values do not matter */
             /* each query's rows, read once per unit of heads: keys and values (MLA: the same
              * rows); a batch's queries read them again, mostly from L2 */
-            const double bytes = (double)n_tok * n * kv_dim * 2 * (s->mla ? 1 : 2);
+            const double bytes = (double)n_tok * n * row * (s->mla ? 1 : 2);
             const int mma = mvm_g_attention_mma_takes(&a) &&
                             mvm_gpu_has(g, MVM_GK_ATTENTION_MMA, 0);
             for (int on = mma; on >= 0 && st == MVM_OK; on--) {
@@ -132,7 +147,10 @@ int main(int argc, char **argv)
         return 1;
     int rc = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes && rc == 0; i++)
-        rc = run_shape(g, &shapes[i], (uint32_t)max_pos, (int)reps);
+        rc = run_shape(g, &shapes[i], MVM_W_F16, (uint32_t)max_pos, (int)reps);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes && rc == 0; i++)
+        if (!shapes[i].mla)
+            rc = run_shape(g, &shapes[i], MVM_W_Q8_0, (uint32_t)max_pos, (int)reps);
     mvm_gpu_close(g);
     return rc;
 }

@@ -21,8 +21,9 @@ const mvm_option_desc mvm_opt_kv_type = {
     "MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl",
     "engine: the type of the KV cache's elements (`moevm run "
     "--kv-type`, llama.cpp's -ctk/-ctv); f16 keeps half f32's bytes, "
-    "q8_0 27%, q4_0 14% (the quantized types and bf16: the CPU "
-    "backend's); f32 the exact values"};
+    "q8_0 27%, q4_0 14% (q8_0 on either backend, but not for "
+    "deepseek2's latent rows on the GPU; the other quantized types "
+    "and bf16: the CPU backend's); f32 the exact values"};
 
 const mvm_option_desc mvm_opt_admit = {
     "MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on|steps",

@@ -118,7 +118,7 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
         mvm_g_store_rows_args a = {.dst = f->kc + at, .src = f->k + (r->i0 + u->i0) * src,
                                    .dst_stride = f->kv_dim, .src_stride = f->kv_dim,
                                    .n = f->kv_dim, .n_rows = u->n_rows,
-                                   .f16 = f->kv->type == MVM_W_F16, .pos = pos};
+                                   .type = f->kv->type, .pos = pos};
         if (f->v) { /* the values in the same launch */
             a.dst2 = f->vc + at;
             a.src2 = f->v + (r->i0 + u->i0) * src;
@@ -238,7 +238,7 @@ static mvm_status qk_rope(struct cuda_fwd *f, const struct dev_block *L, uint32_
                             .pos = pos, .q_stride = f->q_dim, .kv_stride = f->kv_dim,
                             .cache_stride = f->kv_dim, .n_tok = r->n, .n_head = hp->n_head,
                             .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                            .norm = (uint32_t)norm, .kv_f16 = f->kv->type == MVM_W_F16,
+                            .norm = (uint32_t)norm, .kv_type = f->kv->type,
                             .pos0 = pos ? 0 : r->pos0, .eps = hp->rms_eps, .rope = hp->rope};
     return mvm_gpu_qk_rope(f->g, 0, &a);
 }
@@ -275,7 +275,7 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .pos0 = r->pos0, .n_head = hp->n_head,
                                   .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
                                   .n_ctx = f->n_ctx, .window = L->swa, .ring = b->ring,
-                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale,
+                                  .kv_type = f->kv->type, .scale = hp->kq_scale,
                                   .pos = mvm_cuda_fwd_pos(f),
                                   .act = act ? f->act + r->i0 * f->act_stride : 0,
                                   .act_stride = f->act_stride, .act_type = L->wo.type};
@@ -345,7 +345,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .out = f->olat + at, .part = f->part, .n_tok = r->n,
                                   .pos0 = r->pos0, .n_head = H, .n_head_kv = 1,
                                   .head_dim = lat, .n_ctx = f->n_ctx,
-                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale,
+                                  .kv_type = f->kv->type, .scale = hp->kq_scale,
                                   .pos = mvm_cuda_fwd_pos(f)};
         TRY(attend(f, &a, NULL));
     }

@@ -77,10 +77,10 @@ static uint32_t expert_chunk(const struct cuda_fwd *f, uint32_t G, uint64_t cap)
 }
 
 /* The scratch of a prompt's attention by products (mvm_cuda_fwd_gemm_attention), 0 where it
- * does not run: where the cache is F16 and some block's has no ring, six bytes a (head,
- * query, position) for its scores and weights, of n_batch queries over n_ctx positions, up
- * to `cap` but for two queries at least (a batch's queries then go in chunks). Rows of 16
- * bytes for cuBLAS. */
+ * does not run: where the cache is F16 or Q8_0 (its rows converted to F16 first, att_kv16)
+ * and some block's has no ring, six bytes a (head, query, position) for its scores and
+ * weights, of n_batch queries over n_ctx positions, up to `cap` but for two queries at least
+ * (a batch's queries then go in chunks). Rows of 16 bytes for cuBLAS. */
 static uint64_t attention_bytes(const struct cuda_fwd *f, uint64_t cap)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -88,7 +88,8 @@ static uint64_t attention_bytes(const struct cuda_fwd *f, uint64_t cap)
     int plain = 0;
     for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
         plain |= !f->kv->blocks[b].ring;
-    if (f->kv->type != MVM_W_F16 || !plain || d % 8 || f->kv_dim % 8)
+    if ((f->kv->type != MVM_W_F16 && f->kv->type != MVM_W_Q8_0) || !plain || d % 8 ||
+        f->kv_dim % 8)
         return 0;
     const uint64_t per_q = H * ((f->n_ctx + 7) / 8 * 8) * 6, all = per_q * f->n_batch;
     const uint64_t bytes = all < cap ? all : cap;
@@ -167,6 +168,9 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
         f->att_s = f->w16;
         TRY(mvm_cuda_fwd_alloc(f, B * H * d * sizeof(uint16_t), &f->att_q16));
         TRY(mvm_cuda_fwd_alloc(f, 6 * H * sizeof(uint64_t), &f->att_ptr));
+        if (f->kv->type == MVM_W_Q8_0)
+            TRY(mvm_cuda_fwd_alloc(f, 2ull * f->n_ctx * f->kv_dim * sizeof(uint16_t),
+                                   &f->att_kv16));
     }
     /* cuBLAS's workspace: as large as the F16 weights, up to what NVIDIA advises; a small
      * model's products are small, and a small device keeps room for its experts */
@@ -532,11 +536,26 @@ static mvm_status attention_chunk(struct cuda_fwd *f, const mvm_g_attention_args
     return mvm_gpu_gemm_batched(f->g, &values);
 }
 
+/* A Q8_0 cache's rows lo .. hi - 1 of `rows` (a block's first) as F16 at the same rows of
+ * dst, for the products: llama.cpp's flash attention over a quantized cache converts it to
+ * F16 for a batch's tensor-core products too. The values are those the kernels read
+ * (kernels/dequant.h), rounded to F16 as the F16 cache rounds its floats. */
+static mvm_status kv_to_half(struct cuda_fwd *f, mvm_dptr rows, uint32_t lo, uint32_t hi,
+                             mvm_dptr dst)
+{
+    const uint64_t rb = mvm_kv_bytes(f->kv, f->kv_dim);
+    mvm_g_dequant_args d = {.w = rows + lo * rb,
+                            .dst = dst + (uint64_t)lo * f->kv_dim * sizeof(uint16_t),
+                            .row_bytes = rb, .dst_stride = f->kv_dim, .n_in = f->kv_dim,
+                            .n_rows = hi - lo, .per = hi - lo};
+    return mvm_gpu_dequant(f->g, MVM_W_Q8_0, &d);
+}
+
 mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention_args *a,
                                        int *done)
 {
     *done = 0;
-    if (!f->att_s || !a->kv_f16 || a->ring)
+    if (!f->att_s || (a->kv_type != MVM_W_F16 && !f->att_kv16) || a->ring)
         return MVM_OK;
     /* as many queries a chunk as the scratch holds over all the positions any sees (two at
      * least: attention_bytes), and as a grid has rows for the softmax */
@@ -548,9 +567,17 @@ mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention
     if (!use)
         return MVM_OK;
     const uint64_t qs = (uint64_t)a->n_head * a->head_dim;
+    mvm_g_attention_args h = *a;
+    if (a->kv_type == MVM_W_Q8_0) { /* the positions any query sees, from the first one's */
+        const uint32_t lo = a->window && a->pos0 + 1 > a->window ? a->pos0 + 1 - a->window : 0;
+        h.kc = f->att_kv16, h.vc = f->att_kv16 + (uint64_t)f->n_ctx * f->kv_dim * 2;
+        h.kv_type = MVM_W_F16;
+        TRY(kv_to_half(f, a->kc, lo, a->pos0 + a->n_tok, h.kc));
+        TRY(kv_to_half(f, a->vc, lo, a->pos0 + a->n_tok, h.vc));
+    }
     TRY(to_half(f, a->q, 0, qs, (uint32_t)qs, a->n_tok, f->att_q16));
     for (uint32_t t0 = 0; t0 < a->n_tok; t0 += (uint32_t)nq)
-        TRY(attention_chunk(f, a, t0, a->n_tok - t0 < nq ? a->n_tok - t0 : (uint32_t)nq));
+        TRY(attention_chunk(f, &h, t0, a->n_tok - t0 < nq ? a->n_tok - t0 : (uint32_t)nq));
     *done = 1;
     return MVM_OK;
 }

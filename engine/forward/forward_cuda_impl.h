@@ -228,6 +228,8 @@ struct cuda_fwd {
                                    one stream), [6][n_head] pointers; 0: the attention
                                    kernel takes every batch */
     uint64_t att_bytes;
+    mvm_dptr att_kv16;          /* a Q8_0 cache's: the rows a batch's products read, as F16
+                                   (keys, then values, n_ctx rows of kv_dim each); 0 else */
     uint64_t *att_ptr_host;     /* [6 n_head] */
     uint64_t *bptr_host;        /* [8 n_expert]: bptr's contents, sent up from here */
     mvm_dptr wptr;              /* [n_expert] uint64: where each expert of a launch is read

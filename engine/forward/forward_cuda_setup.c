@@ -199,15 +199,22 @@ static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t
         f->kv_dim = f->lat;
 }
 
-/* The device's attention kernels (kernels/cuda/ops.cu, attention_mma.cu) and its prompt's
- * cuBLAS path read F16 or F32 rows; a Q8_0 cache is the CPU backend's alone. */
-static mvm_status kv_readable(const mvm_kv_layout *kv)
+/* The device's attention kernels (kernels/cuda/ops.cu, attention_mma.cu) store and read F16,
+ * F32 and Q8_0 rows (mvm_g_kv_type_ok); the other types are the CPU backend's alone. Latent
+ * rows (deepseek2) in Q8_0 are refused: their attention is the tensor cores' kernel, which
+ * stages F16 rows; the CUDA cores' read DeepSeek-V3's at under 1% of the bandwidth. */
+static mvm_status kv_readable(const mvm_model *m, const mvm_kv_layout *kv)
 {
-    if (kv->type == MVM_W_F16 || kv->type == MVM_W_F32)
-        return MVM_OK;
-    return mvm_fail(MVM_ERR_UNSUPPORTED, "a %s KV cache is read by the CPU backend only; the "
-                    "GPU's attention reads f16 or f32 (MOEVM_KV_TYPE, --kv-type)",
-                    mvm_k_wtype_name(kv->type));
+    const char *name = mvm_k_wtype_name(kv->type);
+    if (!mvm_g_kv_type_ok(kv->type))
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "a %s KV cache is read by the CPU backend only; "
+                        "the GPU's attention reads f16, f32 or q8_0 (MOEVM_KV_TYPE, "
+                        "--kv-type)", name);
+    if (kv->type == MVM_W_Q8_0 && m->hp.kv_lora)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "a %s KV cache on the GPU takes grouped-query "
+                        "attention; %s's latent rows are read as f16 or f32 (MOEVM_KV_TYPE, "
+                        "--kv-type)", name, m->arch->name);
+    return MVM_OK;
 }
 
 mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
@@ -215,7 +222,7 @@ mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_b
                                       uint64_t *weights, uint64_t *rest)
 {
     *weights = *rest = 0;
-    TRY(kv_readable(kv));
+    TRY(kv_readable(m, kv));
     struct cuda_fwd f = {.sizing = 1, .speculates = speculates};
     set_shape(&f, m, n_ctx, n_batch, kv);
     /* which kernels the context will have; without a driver to ask (the context could not
@@ -278,7 +285,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
 {
     const mvm_hparams *hp = &ctx->m->hp;
     *state = NULL;
-    TRY(kv_readable(&ctx->kv));
+    TRY(kv_readable(ctx->m, &ctx->kv));
     struct cuda_fwd *f = calloc(1, sizeof *f);
     if (!f)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");

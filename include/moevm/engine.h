@@ -59,8 +59,9 @@ typedef struct mvm_engine_params {
                                4096 */
     uint32_t n_batch;       /* tokens per forward pass; 0: 512 */
     uint32_t n_seq;         /* sequences; 0: 1 */
-    /* the KV cache's elements, "f16" or "f32"; on the CPU backend also "bf16", "q8_0",
-     * "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl" (llama.cpp's -ctk names); NULL: MOEVM_KV_TYPE */
+    /* the KV cache's elements, "f16", "f32" or "q8_0" (on the GPU not for deepseek2's
+     * latent rows); on the CPU backend also "bf16", "q4_0", "q4_1", "q5_0", "q5_1",
+     * "iq4_nl" (llama.cpp's -ctk names); NULL: MOEVM_KV_TYPE */
     const char *kv_type;
     /* the policy modules, "name" or "name{k=v,...}" (docs/policies.md); NULL: MOEVM_* */
     const char *evict, *predict, *route, *config, *assign;

@@ -523,17 +523,27 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
  * then rotated; the queries written at q (as q_in, and never q_in itself: a head's block
  * reads its whole row while another may have written its own head), the keys and values
  * into the cache, row i at kc, vc + (i + *pos, or i without pos) * cache_stride elements,
- * as F16 with kv_f16 else F32. A block per query head, key head and value head, per token
+ * as elements of kv_type (an mvm_wtype: F32, F16 or Q8_0, mvm_g_kv_type_ok). A block per query head, key head and value head, per token
  * (heads of at most MVM_G_QK_HEAD_MAX floats): with _ROWS each head's block sums its whole
  * row's squares, in the one order, so every head of a row gets the factor one block of the
  * row would. One block a row had left a decode token's queries to one block of the card
  * (OLMoE-1B-7B: 14 µs a layer on an H200, docs/perf/engine.md, session 106). */
+/* The KV cache types the device's kernels store and read: F32, F16 and Q8_0 (llama.cpp's
+ * `-ctk q8_0 -ctv q8_0`: ggml's blocks, as the CPU backend's cache keeps them). Q8_0's rows
+ * are read block by block, its scale and 32 quants in 9 aligned words (ops.cu). The other
+ * types the CPU takes (engine/forward/kv_cache.h) are refused on the device: each would need
+ * a read path of its own, and none has been measured on a GPU. */
+MVM_G_FN int mvm_g_kv_type_ok(uint32_t t)
+{
+    return t == MVM_W_F32 || t == MVM_W_F16 || t == MVM_W_Q8_0;
+}
+
 enum { MVM_G_QK_NORM_NONE, MVM_G_QK_NORM_HEAD, MVM_G_QK_NORM_ROWS };
 #define MVM_G_QK_HEAD_MAX 1024
 typedef struct mvm_g_qk_rope_args {
     mvm_dptr q_in, q, k, v, q_norm, k_norm, kc, vc, pos;
     uint64_t q_stride, kv_stride, cache_stride;
-    uint32_t n_tok, n_head, n_head_kv, head_dim, norm, kv_f16, pos0;
+    uint32_t n_tok, n_head, n_head_kv, head_dim, norm, kv_type, pos0;
     float eps;
     mvm_rope rope;
 } mvm_g_qk_rope_args;
@@ -551,8 +561,8 @@ MVM_G_FN mvm_g_shape mvm_g_qk_rope_shape(const mvm_g_qk_rope_args *a)
  * `window` positions only, from `first`; with a ring (engine/forward/kv_cache.h: 0 for none)
  * they are the consecutive rows from first % ring, else row(p) = p. With sinks (n_head
  * floats; 0 for none), head h's softmax has the extra logit sinks[h] in its denominator
- * (kernels/cpu's mvm_k_attn_heads). The cache's elements are F16 with kv_f16, else F32
- * (offsets above count elements).
+ * (kernels/cpu's mvm_k_attn_heads). The cache's elements are of kv_type (an mvm_wtype:
+ * F32, F16 or Q8_0, whose blocks of 32 the offsets above count by element).
  *
  * Split as flash-decoding does, so that a long context's decode fills the device and reads
  * the cache once per group of heads:
@@ -571,7 +581,7 @@ MVM_G_FN mvm_g_shape mvm_g_qk_rope_shape(const mvm_g_qk_rope_args *a)
  * input, without a launch of its own. */
 typedef struct mvm_g_attention_args {
     mvm_dptr q, kc, vc, out, part, sinks;
-    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring, kv_f16;
+    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring, kv_type;
     float scale;
     mvm_dptr pos; /* mvm_g_pos0; the host launches it with pos0 0 and the shape of its own
                      pos0 (mvm_gpu_attention), which the kernel's read matches */
@@ -630,7 +640,7 @@ MVM_G_FN uint32_t mvm_g_attention_mma_group_heads(uint32_t n_head, uint32_t n_he
 
 MVM_G_FN int mvm_g_attention_mma_takes(const mvm_g_attention_args *a)
 {
-    return a->kv_f16 && a->kc % 16 == 0 && a->vc % 16 == 0 &&
+    return a->kv_type == MVM_W_F16 && a->kc % 16 == 0 && a->vc % 16 == 0 &&
            mvm_g_attention_mma_group_heads(a->n_head, a->n_head_kv) && a->head_dim % 16 == 0 &&
            a->head_dim <= (a->kc == a->vc ? MVM_G_AMMA_DIM : 272) && !a->window && !a->ring;
 }
@@ -732,20 +742,24 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
 
 
 /* mvm_g_store_rows: n_rows rows of n floats, row i at src + i * src_stride floats, into the
- * KV cache's rows at dst + i * dst_stride elements, as F16 (rounded to nearest even) with
- * f16, else as F32; and in the same launch as many from src2 to dst2 (0: none), with the
+ * KV cache's rows at dst + i * dst_stride elements, as elements of type (mvm_g_kv_type_ok:
+ * F16 rounded to nearest even, Q8_0 quantized as mvm_k_quantize does, n and dst_stride then
+ * whole blocks of 32); and in the same launch as many from src2 to dst2 (0: none), with the
  * same strides: a layer's keys and values at once. With pos (mvm_g_pos0), row i goes to
  * row *pos + i from dst (a cache block without a ring, from its first row). */
 typedef struct mvm_g_store_rows_args {
     mvm_dptr dst, src, dst2, src2;
     uint64_t dst_stride, src_stride;
-    uint32_t n, n_rows, f16, pad;
+    uint32_t n, n_rows, type, pad;
     mvm_dptr pos;
 } mvm_g_store_rows_args;
 
+/* A Q8_0 row's blocks take 8 threads each, a thread 4 elements (device.cuh's
+ * group8_q8_0_block); F16 and F32 a thread an element. */
 MVM_G_FN mvm_g_shape mvm_g_store_rows_shape(const mvm_g_store_rows_args *a)
 {
-    return mvm_g_rows_shape(a->n, a->dst2 ? 2 * a->n_rows : a->n_rows);
+    return mvm_g_rows_shape(a->type == MVM_W_Q8_0 ? a->n / 4 : a->n,
+                            a->dst2 ? 2 * a->n_rows : a->n_rows);
 }
 
 /* mvm_g_add: x[i][j] += g(i) * y[i][j] for n_tok rows of n floats, x[i] at x + i * n,

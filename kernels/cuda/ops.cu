@@ -5,8 +5,8 @@
  * embedding with the CPU's angle formula (kernels/rope.h), a layer's new queries, keys and
  * values made ready in one launch (QK norm, rotary embedding, the keys and values into the
  * cache: mvm_g_qk_rope, the three kernels' arithmetic), causal attention (windowed, with
- * sinks: gpt-oss) over an F16 or F32 KV cache whose softmax sums in double, split over the
- * positions as flash-decoding does (kernels.h), the stores into that cache, and the
+ * sinks: gpt-oss) over an F32, F16 or Q8_0 KV cache whose softmax sums in double, split over
+ * the positions as flash-decoding does (kernels.h), the stores into that cache, and the
  * element-wise adds (residual, bias, gated shared expert) and SwiGLU.
  */
 #include "kernels/cuda/attention.cuh"
@@ -136,13 +136,27 @@ static __device__ __forceinline__ void rope_pair(const mvm_rope &r, uint32_t pos
     p[i1] = x0 * s + x1 * c;
 }
 
-/* Element `at` of a KV cache's rows: F16 (rounded to nearest even) or F32. */
-static __device__ __forceinline__ void kv_put(mvm_dptr dst, uint64_t at, float x, uint32_t f16)
+/* x into element `at` of the KV cache's rows at dst, an F16 cache's (rounded to nearest even)
+ * or an F32 one's. */
+static __device__ __forceinline__ void kv_put(mvm_dptr dst, uint64_t at, float x, uint32_t t)
 {
-    if (f16)
+    if (t == MVM_W_F16)
         ((uint16_t *)dst)[at] = mvm_k_f2h(x);
     else
         ((float *)dst)[at] = x;
+}
+
+/* n floats x into elements at.. of the cache's rows at dst, as type t, by every thread of
+ * the block (a Q8_0 cache: at and n whole blocks, quantized as the CPU quantizes them). */
+static __device__ __forceinline__ void kv_put_row(mvm_dptr dst, uint64_t at, const float *x,
+                                                  uint32_t n, uint32_t t)
+{
+    if (t == MVM_W_Q8_0) {
+        block_quantize_row(x, (uint8_t *)dst + mvm_k_row_bytes(MVM_W_Q8_0, at), MVM_W_Q8_0, n);
+        return;
+    }
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        kv_put(dst, at + i, x[i], t);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rope_args a)
@@ -166,9 +180,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_qk_rope(mvm_g_
     const uint64_t at = ((uint64_t)mvm_g_pos0(a.pos, 0) + tok) * a.cache_stride;
     if (b >= a.n_head + a.n_head_kv) { /* a head of the values, as they are */
         const uint32_t off = (b - a.n_head - a.n_head_kv) * hd;
-        for (uint32_t j = threadIdx.x; j < hd; j += blockDim.x)
-            kv_put(a.vc, at + off + j, ((const float *)a.v)[tok * a.kv_stride + off + j],
-                   a.kv_f16);
+        kv_put_row(a.vc, at + off, (const float *)a.v + tok * a.kv_stride + off, hd, a.kv_type);
         return;
     }
     const uint32_t key = b >= a.n_head, unit = key ? b - a.n_head : b;
@@ -193,17 +205,23 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_qk_rope(mvm_g_
     for (uint32_t u = threadIdx.x; u < half; u += blockDim.x)
         rope_pair(a.rope, pos, u, head);
     __syncthreads();
+    if (key) {
+        kv_put_row(a.kc, at + (uint64_t)unit * hd, head, hd, a.kv_type);
+        return;
+    }
     for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
-        if (key)
-            kv_put(a.kc, at + (uint64_t)unit * hd + i, head[i], a.kv_f16);
-        else
-            ((float *)a.q)[tok * a.q_stride + (uint64_t)unit * hd + i] = head[i];
+        ((float *)a.q)[tok * a.q_stride + (uint64_t)unit * hd + i] = head[i];
 }
 
-/* Element i of the KV cache's rows at p: F16 or F32. */
-static __device__ __forceinline__ float kv_elem(mvm_dptr p, uint64_t i, uint32_t f16)
+/* Element i of the KV cache's rows at p, of type t: F32, F16, or Q8_0 (its block's scale
+ * times its quant, the value mvm_k_dequantize gives). */
+static __device__ __forceinline__ float kv_elem(mvm_dptr p, uint64_t i, uint32_t t)
 {
-    return f16 ? mvm_k_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    if (t == MVM_W_Q8_0) {
+        const mvm_block_q8_0 *b = (const mvm_block_q8_0 *)p + i / MVM_QBLOCK;
+        return mvm_k_h2f(b->d) * (float)b->qs[i % MVM_QBLOCK];
+    }
+    return t == MVM_W_F16 ? mvm_k_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
 /* acc[h] += the 8 halves of v times head h's query floats from d on, in order. */
@@ -218,6 +236,38 @@ static __device__ __forceinline__ void attn_dot8(uint4 v, const float *qs, uint3
         for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
             if (h < nh)
                 acc[h] += kd * qs[h * hd + d + j];
+    }
+}
+
+/* acc[h] += the 32 values of the Q8_0 block at p times head h's query floats from d on, in
+ * order, each value its scale times its quant as kv_elem's. A block is 34 bytes, only 2-byte
+ * aligned: its scale and quants come in 9 aligned words (the 16 bits before or after it in
+ * the first or last one never used), each word of 4 quants cut from two by one shift, not
+ * 17 loads of 2 bytes. */
+static __device__ __forceinline__ void attn_dot_q8_0(const uint8_t *p, const float *qs,
+                                                     uint32_t hd, uint32_t d, uint32_t nh,
+                                                     float *acc)
+{
+    const uint32_t sh = (uint32_t)((uintptr_t)p & 2) * 8; /* 0, or 16 where p is 4k + 2 */
+    const uint32_t *w = (const uint32_t *)(p - sh / 8);
+    uint32_t v[9];
+#pragma unroll
+    for (uint32_t k = 0; k < 8; k++)
+        v[k] = w[k];
+    /* the last word: past the block where it is 4-byte aligned, so its last 2 quants alone */
+    v[8] = sh ? w[8] : ((const uint16_t *)p)[16];
+    const float scale = mvm_k_h2f((uint16_t)(v[0] >> sh));
+#pragma unroll
+    for (uint32_t k = 0; k < 8; k++) {
+        const uint32_t q4 = (uint32_t)(((uint64_t)v[k + 1] << 32 | v[k]) >> (16 + sh));
+#pragma unroll
+        for (uint32_t j = 0; j < 4; j++) {
+            const float kd = scale * (float)(int8_t)(q4 >> 8 * j);
+#pragma unroll
+            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                if (h < nh)
+                    acc[h] += kd * qs[h * hd + d + 4 * k + j];
+        }
     }
 }
 
@@ -236,7 +286,11 @@ static __device__ __forceinline__ void attn_tile_scores(const mvm_g_attention_ar
     float acc[MVM_G_ATTN_HEADS] = {0};
     uint32_t d = 0;
     const uint4 *kr = (const uint4 *)((const uint16_t *)a.kc + k);
-    if (a.kv_f16 && (uintptr_t)kr % 16 == 0) {
+    if (a.kv_type == MVM_W_Q8_0 && k % MVM_QBLOCK == 0) {
+        const uint8_t *row = (const uint8_t *)a.kc + mvm_k_row_bytes(MVM_W_Q8_0, k);
+        for (; d + MVM_QBLOCK <= hd; d += MVM_QBLOCK)
+            attn_dot_q8_0(row + mvm_k_row_bytes(MVM_W_Q8_0, d), qs, hd, d, nh, acc);
+    } else if (a.kv_type == MVM_W_F16 && (uintptr_t)kr % 16 == 0) {
         /* 8 halves a 16-byte load, in the same order: a thread's row of 128 was 128 loads
          * of 2 bytes, each a round trip to the cache; and ATTN_KROUND of those loads
          * issued before any is used, as the heads' branches between them kept the
@@ -254,7 +308,7 @@ static __device__ __forceinline__ void attn_tile_scores(const mvm_g_attention_ar
             attn_dot8(kr[d / 8], qs, hd, d, nh, acc);
     }
     for (; d < hd; d++) {
-        const float kd = kv_elem(a.kc, k + d, a.kv_f16);
+        const float kd = kv_elem(a.kc, k + d, a.kv_type);
 #pragma unroll
         for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
             if (h < nh)
@@ -315,8 +369,9 @@ static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_ar
             float v[ATTN_VROUND];
 #pragma unroll
             for (uint32_t u = 0; u < ATTN_VROUND; u++)
-                v[u] = t0 + u < nt ? kv_elem(a.vc, k0 + (uint64_t)(t0 + u) * kv_dim + d, a.kv_f16)
-                                   : 0.0f;
+                v[u] = t0 + u < nt
+                           ? kv_elem(a.vc, k0 + (uint64_t)(t0 + u) * kv_dim + d, a.kv_type)
+                           : 0.0f;
 #pragma unroll
             for (uint32_t u = 0; u < ATTN_VROUND; u++)
 #pragma unroll
@@ -439,11 +494,17 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
 {
     const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, second = blockIdx.y >= a.n_rows;
     const uint32_t i = second ? blockIdx.y - a.n_rows : blockIdx.y;
-    if (j >= a.n)
-        return;
     const mvm_dptr src = second ? a.src2 : a.src, dst = second ? a.dst2 : a.dst;
-    const float x = ((const float *)src)[i * a.src_stride + j];
-    kv_put(dst, ((uint64_t)mvm_g_pos0(a.pos, 0) + i) * a.dst_stride + j, x, a.f16);
+    const float *x = (const float *)src + i * a.src_stride;
+    const uint64_t at = ((uint64_t)mvm_g_pos0(a.pos, 0) + i) * a.dst_stride;
+    if (a.type == MVM_W_Q8_0) { /* 8 threads a block (the shape's), every lane a call */
+        const uint32_t b = j / 8;
+        group8_q8_0_block(x + (uint64_t)b * MVM_QBLOCK,
+                          (mvm_block_q8_0 *)dst + at / MVM_QBLOCK + b, b < a.n / MVM_QBLOCK);
+        return;
+    }
+    if (j < a.n)
+        kv_put(dst, at + j, x[j], a.type);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_args a)
