@@ -270,6 +270,50 @@ AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
     return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
+/* ---- a KV cache's rows of BF16 or a 32-element Q type (dispatch.h's kv_row) ------------
+ * Each block's 32 values are mvm_k_dequantize's bit for bit (a quant of at most 8 bits times
+ * d is exact before its one rounding; Q4_1's and Q5_1's min added after it, as there), so
+ * attention over such a cache gives an F32 cache's results of those values. Why: ops.c's
+ * attention converted each row with the scalar code, 2 ns an element, which made a Q8_0
+ * cache's attention 5-12x an F16 one's on an AVX2 machine; now 1.2-2.5x (docs/perf/cpu.md,
+ * session 135, which has the dot product and axpy on the blocks in place tried too). */
+
+/* A block of type t's 32 values, 8 a vector. */
+AVX2_INLINE void avx2_kv_block(enum mvm_wtype t, const uint8_t *blk, __m256 x[4])
+{
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    const __m256i q = _mm256_sub_epi8(avx2_qload(t, blk), _mm256_set1_epi8((char)L.bias));
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    const __m256 d = _mm256_set1_ps(mvm_k_block_scale(t, blk));
+    const __m256 m = _mm256_set1_ps(L.m ? mvm_k_h2f(mvm_k_block_h(blk, L.m)) : 0.0f);
+    for (int k = 0; k < 4; k++) {
+        x[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])));
+        if (L.m) /* not +0 where there is none: -0 stays -0, as mvm_k_dequantize's */
+            x[k] = _mm256_add_ps(x[k], m);
+    }
+}
+
+/* n elements (whole blocks) of a row as floats. */
+AVX2_INLINE void avx2_kv_row(enum mvm_wtype t, const void *src, float *dst, size_t n)
+{
+    const uint8_t *row = src;
+    if (!mvm_k_is_q(t)) { /* BF16 */
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, avx2_load8(t, row + 2 * i));
+        for (; i < n; i++)
+            dst[i] = mvm_k_elem(t, row, i);
+        return;
+    }
+    for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
+        __m256 x[4];
+        avx2_kv_block(t, row + b * mvm_k_block_bytes(t), x);
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(dst + b * MVM_QBLOCK + 8 * k, x[k]);
+    }
+}
+
 /* acc plus, in each int32 lane, the sum of its four products of unsigned bytes of u with
  * signed bytes of s. Without VNNI that is maddubs then madd, whose int16 pair sums must not
  * saturate (every caller's quants are small enough); with it one vpdpbusd, the same

@@ -184,6 +184,12 @@ typedef int (*mvm_k_attn_fn)(const float *q, size_t q_stride, size_t n_tok, size
                              const void *v, size_t kv_stride, size_t head_dim, float scale,
                              const float *sinks, float *scratch, float *out, float *lse);
 
+/* n elements (whole blocks) of a KV cache row of BF16 or a 32-element Q type t (those
+ * engine/forward/kv_cache.h takes besides F32 and F16) as floats into dst, each value
+ * mvm_k_dequantize's bit for bit: ops.c's attention converts a row so, once for the queries
+ * that read it. */
+typedef void (*mvm_k_kv_row_fn)(enum mvm_wtype t, const void *row, float *dst, size_t n);
+
 struct mvm_k_level {
     mvm_k_dot_fn dot[MVM_W_COUNT];
     mvm_k_dotn_fn dotn[MVM_W_COUNT];
@@ -199,6 +205,8 @@ struct mvm_k_level {
     void (*quantize_act)(int k, const float *x, void *act, size_t n);
     /* NULL, or the level's attention (ops.c's otherwise) */
     mvm_k_attn_fn attn;
+    /* NULL, or the level's conversion of a KV cache's rows (mvm_k_dequantize otherwise) */
+    mvm_k_kv_row_fn kv_row;
 };
 
 /* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
@@ -236,8 +244,9 @@ struct mvm_k_level {
  *   void downn_float(t, const uint8_t *w, const uint8_t *a, size_t a_stride, int n_tok,
  *                    float *out, size_t out_stride, size_t n)
  *   void downn_q(...), downn_k(...)
- * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last four arguments
- * are the level's gemm and tiles tables, quantize_act and attn, or NULL where it has none. */
+ * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last five arguments
+ * are the level's gemm and tiles tables, quantize_act, attn and kv_row, or NULL where it has
+ * none. */
 #define MVM_K_LEVEL_TYPE(attr, dotn, downn, type, sfx)                                             \
     attr static void dotn_##sfx(const void *w, const void *act, size_t act_stride, size_t n_tok,   \
                                 size_t n, float *y, size_t y_stride)                               \
@@ -298,7 +307,7 @@ struct mvm_k_level {
      [MVM_W_IQ1_S] = pre##_iq1_s,                                                                  \
      [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
-                    axpy_float, gemm_table, tiles_table, quant_act, attn_fn)                       \
+                    axpy_float, gemm_table, tiles_table, quant_act, attn_fn, kv_row_fn)            \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
@@ -327,7 +336,7 @@ struct mvm_k_level {
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
         .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table,           \
-        .tiles = tiles_table, .quantize_act = quant_act, .attn = attn_fn};
+        .tiles = tiles_table, .quantize_act = quant_act, .attn = attn_fn, .kv_row = kv_row_fn};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)

@@ -193,12 +193,16 @@ static int in_place(enum mvm_wtype kv)
 }
 
 /* A KV head's part of a cache row (n elements at `part`) as the level's dot product and
- * axpy for F32 read it: converted into buf (BF16, the block types), or in place. */
+ * axpy for F32 read it: converted into buf (BF16, the block types: by the level's kv_row
+ * where it has one), or in place. */
 static const void *readable(enum mvm_wtype kv, const void *part, float *buf, size_t n)
 {
     if (in_place(kv))
         return part;
-    mvm_k_dequantize(kv, part, buf, n);
+    if (mvm_k_kernels->kv_row)
+        mvm_k_kernels->kv_row(kv, part, buf, n);
+    else
+        mvm_k_dequantize(kv, part, buf, n);
     return buf;
 }
 
