@@ -241,8 +241,9 @@ const mvm_option_desc mvm_opt_expert_tiles = {
     "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off|all",
     "engine: auto stores the K-quant and IQ4_XS experts (Q2_K .. Q6_K, IQ4_XS files) in "
     "the CPU's tiles of 16 rows where only the CPU computes them (a host space, "
-    "an AVX-512 VNNI CPU); all the Q8_0 experts too (prefill 16-18% faster, decode 0-12% "
-    "slower on a Zen 4, docs/perf/cpu.md); off keeps the layout the GPU kernels read"};
+    "an AVX-512 VNNI CPU; on AVX2 alone the Q4_K_M, Q5_K_M and Q6_K experts); all the Q8_0 "
+    "experts too (prefill 16-18% faster, decode 0-12% slower on a Zen 4, docs/perf/cpu.md); "
+    "off keeps the layout the GPU kernels read"};
 
 /* Each layer's experts tiled where mvm_opt_expert_tiles allows, the space is the host's (a
  * cuda space's homes are copied to the device, whose kernels read the portable layout),

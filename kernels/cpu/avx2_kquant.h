@@ -51,16 +51,37 @@ AVX2_INLINE __m256i avx2_k45_mins16(const uint32_t u[4])
  * expression as it chooses). */
 AVX2_INLINE float avx2_k45_finish(float ad, uint16_t d, uint16_t dmin, int32_t sum, int32_t msum)
 {
-    const __m128 m = _mm_mul_ss(_mm_set_ss(mvm_k_h2f(dmin)), _mm_set_ss((float)msum));
-    const __m128 s = _mm_fmsub_ss(_mm_set_ss(mvm_k_h2f(d)), _mm_set_ss((float)sum), m);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)dmin << 16 | d)));
+    const __m128 m = _mm_mul_ss(_mm_movehdup_ps(dm), _mm_set_ss((float)msum));
+    const __m128 s = _mm_fmsub_ss(dm, _mm_set_ss((float)sum), m);
     return _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(ad), s));
+}
+
+/* The int16 element b of each 128-bit lane of v in all that lane's elements: a byte shuffle,
+ * where v holds 8 scales (or two sets of 8) widened to int16. */
+AVX2_INLINE __m256i avx2_lane_word(__m256i v, int b)
+{
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * b)));
+}
+
+/* The exact sums of the 8 int32 lanes of x and of y, as (x's, y's). */
+AVX2_INLINE void avx2_hsum2_i32(__m256i x, __m256i y, int32_t *sx, int32_t *sy)
+{
+    const __m256i h = _mm256_hadd_epi32(x, y); /* x01 x23 y01 y23 | x45 x67 y45 y67 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s); /* x y x y */
+    *sx = _mm_cvtsi128_si32(s);
+    *sy = _mm_extract_epi32(s, 1);
 }
 
 /* Q4_K / Q5_K (qh non-NULL): kernels/blocks.h's Q4_K/Q5_K chunks with the 32-element sums
  * done by maddubs (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd
  * with the sub-block's scale; the same integers, so the same float result as every level.
- * The 8 six-bit scales and mins are unpacked together (avx2_k45_scales), and the mins'
- * term is one madd of them, each twice, with the 16 bsums. */
+ * The 8 six-bit scales and mins are unpacked together (avx2_k45_scales), the scales widened
+ * once to int16 and each broadcast by one byte shuffle, and the mins' term is one madd of
+ * them, each twice, with the 16 bsums. The loops are unrolled so that every shift is an
+ * immediate: kept rolled, GCC shifted by registers and extracted each scale with scalar code,
+ * and the block ran at 7.3 GB/s in L2 on an AVX2-only EPYC (docs/perf/cpu.md, session 136). */
 AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
                                  const uint8_t *qs, const uint8_t *qh,
                                  const mvm_block_q8_K *const a[], const int nt, float r[])
@@ -70,16 +91,13 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
     uint32_t u[4];
     avx2_k45_scales(scales, u);
     const __m256i mins16 = avx2_k45_mins16(u);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
     __m256i acc[MVM_K_NT];
-    int32_t msum[MVM_K_NT];
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < nt; i++)
         acc[i] = _mm256_setzero_si256();
-        msum[i] = avx2_hsum_i32(
-            _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
-    }
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        const uint8_t sc0 = (uint8_t)(u[k >> 1] >> (16 * (k & 1)));
-        const uint8_t sc1 = (uint8_t)(u[k >> 1] >> (16 * (k & 1) + 8));
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
         __m256i lo = _mm256_and_si256(q, nib), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
         if (qh) {
@@ -89,7 +107,7 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
                                          _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * k + 1), one),
                                          4));
         }
-        const __m256i s0 = _mm256_set1_epi16(sc0), s1 = _mm256_set1_epi16(sc1);
+        const __m256i s0 = avx2_lane_word(sc16, 2 * k), s1 = avx2_lane_word(sc16, 2 * k + 1);
         for (int i = 0; i < nt; i++) {
             const __m256i alo = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 64 * k));
             const __m256i ahi = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 64 * k + 32));
@@ -97,35 +115,51 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
             acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), s1));
         }
     }
-    for (int i = 0; i < nt; i++)
-        r[i] = avx2_k45_finish(a[i]->d, d, dmin, avx2_hsum_i32(acc[i]), msum[i]);
+    for (int i = 0; i < nt; i++) {
+        int32_t sum, msum;
+        avx2_hsum2_i32(acc[i], _mm256_madd_epi16(mins16, _mm256_loadu_si256(
+                                                             (const __m256i *)a[i]->bsums)),
+                       &sum, &msum);
+        r[i] = avx2_k45_finish(a[i]->d, d, dmin, sum, msum);
+    }
 }
 
 /* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per
  * 128-bit lane, so one madd applies both scales (int8, signed: madd takes int16 on both
- * sides). */
+ * sides), broadcast within the lanes by a byte shuffle of the scales widened once with the
+ * even sub-blocks' in the low lane and the odd ones' in the high lane (as avx2_kblock_q23).
+ * The -32 of every quant is taken off by starting each token's sums at -32 times a madd of
+ * the scales with its bsums: the same integers as subtracting it at the end. Unrolled, so
+ * that the shifts are immediates: a rolled loop with scalar scales and offset ran at 6.1
+ * GB/s in L2 on an AVX2-only EPYC (docs/perf/cpu.md, session 136). */
 AVX2_INLINE void avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *const a[],
                                 const int nt, float r[])
 {
-    const __m256i nib = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    const __m256i nib = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+    const __m256i pairs = _mm256_cvtepi8_epi16(
+        _mm_shuffle_epi8(s8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
     __m256i acc[MVM_K_NT];
-    int32_t offset[MVM_K_NT];
-    for (int i = 0; i < nt; i++) {
-        acc[i] = _mm256_setzero_si256();
-        offset[i] = 0;
-        for (int j = 0; j < 16; j++)
-            offset[i] += x->scales[j] * a[i]->bsums[j];
-    }
+    for (int i = 0; i < nt; i++)
+        acc[i] = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)), 5));
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
-            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k >> 1)), nib);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two);
-            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-            const int j = 8 * h + 2 * k;
-            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[j + 1]),
-                                                _mm_set1_epi16(x->scales[j]));
+            const __m256i lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(ql, 4) : ql, nib);
+            /* bits 2k, 2k + 1 of each qh byte moved to bits 4, 5 */
+            const __m256i hs = k == 0   ? _mm256_slli_epi16(qh, 4)
+                               : k == 1 ? _mm256_slli_epi16(qh, 2)
+                               : k == 2 ? qh
+                                        : _mm256_srli_epi16(qh, 2);
+            const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hs, bits45));
+            const __m256i sc = avx2_lane_word(pairs, 4 * h + k);
             for (int i = 0; i < nt; i++) {
                 const __m256i aq =
                     _mm256_loadu_si256((const __m256i *)(a[i]->qs + 128 * h + 32 * k));
@@ -134,8 +168,9 @@ AVX2_INLINE void avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *c
             }
         }
     }
+    const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(x->d)));
     for (int i = 0; i < nt; i++)
-        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc[i]) - 32 * offset[i]));
+        r[i] = a[i]->d * (d * (float)avx2_hsum_i32(acc[i]));
 }
 
 /* Q3_K's 16 six-bit scales less 32, as int8: mvm_k_q3_scales's four words, each shifted
@@ -192,8 +227,7 @@ AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const 
                 v = _mm256_or_si256(v, _mm256_and_si256(b >= 2 ? _mm256_srli_epi16(hbits, b - 2)
                                                                : _mm256_slli_epi16(hbits, 2 - b),
                                                         four));
-            const __m256i s = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((short)(0x0100 +
-                                                                               0x0202 * b)));
+            const __m256i s = avx2_lane_word(pairs, b);
             for (int i = 0; i < nt; i++) {
                 const __m256i aq =
                     _mm256_loadu_si256((const __m256i *)(a[i]->qs + 128 * h + 32 * j));

@@ -341,6 +341,8 @@ struct mvm_k_level {
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
 extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
+extern const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT];  /* tiles_avx2.c */
+extern const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT]; /* tiles_avx2.c */
 extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */
@@ -375,10 +377,11 @@ static inline size_t mvm_k_even_pass(size_t n_tok, size_t most, size_t unit)
  * up to MVM_K_NT tokens), as fast there as the multi-row kernels' mostly empty lanes. The
  * K-quants' multi-row kernels take 3 tokens too: an OLMoE Q4_K_M expert of 3 tokens
  * streamed 37 GMAC/s through them against 24 through dotn (bench_cpu_expert_tokens; at 2,
- * 22-27 against 25-26). The lattice-grid types' dotn, decoded in 512-bit vectors
- * (avx512_iqgrid.h), keep all MVM_K_NT: at 3 and 4 tokens it ran 17-33 and 20-38 GMAC/s
- * against the multi-row kernel's 16-23 and 19-30 (every grid type; at 5, 17-30 in 4 + 1
- * against 27-37). */
+ * 22-27 against 25-26); so do the AVX2 level's (tiles_avx2.c; a Q4_K matrix of 3 tokens
+ * 37-38 GMAC/s against dotn's 18, Q6_K's 16 against 14). The lattice-grid types' dotn,
+ * decoded in 512-bit vectors (avx512_iqgrid.h), keep all MVM_K_NT: at 3 and 4 tokens it ran
+ * 17-33 and 20-38 GMAC/s against the multi-row kernel's 16-23 and 19-30 (every grid type; at
+ * 5, 17-30 in 4 + 1 against 27-37). */
 static inline mvm_k_gemm_fn mvm_k_gemm(enum mvm_wtype t, size_t n_tok)
 {
     const size_t least = mvm_k_is_iqgrid(t) ? MVM_K_NT + 1 : mvm_k_is_k(t) ? 3 : MVM_K_NT;

@@ -125,8 +125,9 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
 
 /* ---- Expert tiles ------------------------------------------------------------------------
  * Where the CPU computes the experts (a host space) and its level has the kernels (AVX-512
- * VNNI; Q2_K to Q6_K, IQ4_XS and Q8_0, so Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and IQ4_XS files, and
- * Q8_0's where MOEVM_EXPERT_TILES=all asks: they decode up to 12% slower), each group's gate
+ * VNNI: Q2_K to Q6_K, IQ4_XS and Q8_0, so Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and IQ4_XS files, and
+ * Q8_0's where MOEVM_EXPERT_TILES=all asks: they decode up to 12% slower; AVX2: Q4_K to Q6_K,
+ * so Q4_K_M, Q5_K_M and Q6_K files, tiles_avx2.c), each group's gate
  * rows, up rows and down slots are stored in tiles of 16 rows rather than row after row: the
  * 16 rows' blocks of one super-block interleaved by 4-byte word (word w of row i at 64w +
  * 4i, and a block's last bytes % 4 bytes, Q3_K's and Q6_K's d, after its words, row by row;

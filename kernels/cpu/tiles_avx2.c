@@ -1,0 +1,431 @@
+/*
+ * The AVX2 level's multi-row kernels for Q4_K, Q5_K and Q6_K, the types of llama.cpp's Q4_K_M and
+ * Q5_K_M files: over tiled expert rows (dispatch.h's tiles table; kernels.h, "Expert tiles"), the
+ * gate and up rows and the down slots of a host space's experts at every token count, decode's
+ * one included; and over row-major rows (its gemm table, mvm_k_gemm: prefill's dense products,
+ * 3 tokens and more), each 16 rows' super-block tiled on the way in by 8 x 8 transposes of
+ * dwords, once for up to TILE_TOKENS tokens.
+ *
+ * A vector's 8 lanes are 8 rows: a tile of 16 rows is two halves, and a load of a tile word gives
+ * the same 4 bytes of 8 rows. Its nibbles are split once for up to TILE_NT tokens, and each token
+ * then costs a vpbroadcastd of its 4 quants from its Q8_K block and one maddubs per 32 products,
+ * whose int16 pairs are summed in int16 over a sub-block (Q4_K: 8 words of pairs at most
+ * 2·15·127, so at most 30480; Q5_K's quants reach 31, so 4 words a sum, Q6_K's 63, so 2) before
+ * one madd applies the 8 rows' scales. Row after row (avx2.h's dot product) each 32 products take
+ * a maddubs, a madd and an add, and each row its scales' unpacking and horizontal sums. Against
+ * it, one thread (docs/perf/cpu.md, session 136): a Q4_K matrix of 2048-element rows at 1, 4, 32
+ * tokens 20, 22, 24 -> 28, 47, 62 GMAC/s; an OLMoE Q4_K_M expert at 8 and 64 tokens 19-23 ->
+ * 34-39 and 17-21 -> 33-41.
+ *
+ * The results are bitwise avx2.h's dotn (dispatch.h's contract; test_kernels checks every count,
+ * the experts' tiles and the level's gemm): the integer sums are exact in any order, and each
+ * lane's float work per super-block is avx2.h's in the same order (avx2_k45_finish for Q4_K and
+ * Q5_K, ad·(d·sum) for Q6_K with its -32 taken off through the scales and the token's bsums),
+ * added into the row's sum in super-block order.
+ */
+#include <string.h>
+
+#include "kernels/cpu/dispatch.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/cpu/avx2.h"
+
+/* Tokens whose products share a word's unpacking: their int16 and int32 sums and the word's two
+ * halves fill AVX2's 16 registers. */
+#define TILE_NT 4
+/* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
+#define TILE_TOKENS 32
+/* Tiles ahead sent to L1, and one further to L2 (gemm_rows_avx512vnni.c's measurements). */
+#define TILE_AHEAD 2
+
+/* 8 rows' scales of a tile half: sc[j] sub-block j's scale in both int16 of a lane (madd's),
+ * mp[p] the int16 pair the token's pair p of sums meets (Q4_K: the mins of sub-blocks 2p, 2p +
+ * 1, against its sub-blocks' sums; Q6_K: scales 2p, 2p + 1 against bsums 2p, 2p + 1), the f16
+ * scales as floats. */
+typedef struct {
+    __m256i sc[16];
+    __m256i mp[8];
+    __m256 d, dmin;
+} thalf;
+
+/* In each dword lane of v, bytes lo and hi (0..3, 0x80: none) as its two int16. */
+AVX2_INLINE __m256i lane_bytes(__m256i v, int lo, int hi)
+{
+    const char l = (char)lo, h = (char)hi, z = (char)0x80;
+    const __m128i idx = _mm_setr_epi8(l, z, h, z, (char)(l + 4), z, (char)(h + 4), z, (char)(l + 8),
+                                      z, (char)(h + 8), z, (char)(l + 12), z, (char)(h + 12), z);
+    return _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(idx));
+}
+
+/* The same, sign-extended: each byte moved to its int16's top, then shifted back. */
+AVX2_INLINE __m256i lane_bytes_signed(__m256i v, int lo, int hi)
+{
+    const char l = (char)lo, h = (char)hi, z = (char)0x80;
+    const __m128i idx =
+        _mm_setr_epi8(z, l, z, h, z, (char)(l + 4), z, (char)(h + 4), z, (char)(l + 8), z,
+                      (char)(h + 8), z, (char)(l + 12), z, (char)(h + 12));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(idx)), 8);
+}
+
+/* The low (hi 0) or high int16 of each dword lane of v as floats (f16). */
+AVX2_INLINE __m256 lane_half(__m256i v, int hi)
+{
+    const __m256i h =
+        hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    return _mm256_cvtph_ps(
+        _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
+/* Word w of the tile's half (x8 of 2): the same 4 bytes of its 8 rows. */
+AVX2_INLINE __m256i tile_word(const uint8_t *tile, int x8, int w)
+{
+    return _mm256_loadu_si256((const __m256i *)(tile + 64 * w + 32 * x8));
+}
+
+/* Q4_K: words 0 (d, dmin) and 1-3 (the scales and mins, unpacked as avx2_k45_scales does, lane-
+ * wise). Q6_K: words 48-51 (16 signed scales), its d after the words, row by row. */
+AVX2_INLINE void thalf_scales(enum mvm_wtype t, const uint8_t *tile, int x8, thalf *H)
+{
+    if (t == MVM_W_Q6_K) {
+#pragma GCC unroll 4
+        for (int w = 0; w < 4; w++) {
+            const __m256i s = tile_word(tile, x8, 48 + w);
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++)
+                H->sc[4 * w + b] = lane_bytes_signed(s, b, b);
+            H->mp[2 * w] = lane_bytes_signed(s, 0, 1);
+            H->mp[2 * w + 1] = lane_bytes_signed(s, 2, 3);
+        }
+        H->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(tile + 64 * 52 + 16 * x8)));
+        return;
+    }
+    const __m256i dd = tile_word(tile, x8, 0), u0 = tile_word(tile, x8, 1);
+    const __m256i u1 = tile_word(tile, x8, 2), u2 = tile_word(tile, x8, 3);
+    const __m256i six = _mm256_set1_epi8(0x3F), four = _mm256_set1_epi8(0x0F);
+    const __m256i two = _mm256_set1_epi8(0x03);
+    const __m256i sc_lo = _mm256_and_si256(u0, six), mn_lo = _mm256_and_si256(u1, six);
+    const __m256i sc_hi =
+        _mm256_or_si256(_mm256_and_si256(u2, four),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));
+    const __m256i mn_hi =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        H->sc[b] = lane_bytes(sc_lo, b, b);
+        H->sc[4 + b] = lane_bytes(sc_hi, b, b);
+    }
+    H->mp[0] = lane_bytes(mn_lo, 0, 1), H->mp[1] = lane_bytes(mn_lo, 2, 3);
+    H->mp[2] = lane_bytes(mn_hi, 0, 1), H->mp[3] = lane_bytes(mn_hi, 2, 3);
+    H->d = lane_half(dd, 0), H->dmin = lane_half(dd, 1);
+}
+
+/* The token's 4 quants at qs + 4g in every lane. */
+AVX2_INLINE __m256i tok4(const int8_t *qs, int g)
+{
+    int32_t x;
+    memcpy(&x, qs + 4 * g, 4);
+    return _mm256_set1_epi32(x);
+}
+
+/* The pairs a token's sums meet (thalf's mp): Q4_K its 8 sub-blocks' sums (bsums 2j + 2j + 1),
+ * two to a dword; Q6_K its bsums, two to a dword. */
+AVX2_INLINE void tok_pairs(enum mvm_wtype t, const mvm_block_q8_K *a, int32_t pairs[8])
+{
+    if (t == MVM_W_Q6_K) {
+        memcpy(pairs, a->bsums, 8 * sizeof *pairs);
+        return;
+    }
+    for (int p = 0; p < 4; p++) {
+        const int lo = a->bsums[4 * p] + a->bsums[4 * p + 1];
+        const int hi = a->bsums[4 * p + 2] + a->bsums[4 * p + 3];
+        pairs[p] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+    }
+}
+
+/* Step st (0..7) of chunk c of a Q4_K or Q5_K tile half: qs word 8c + st (after Q4_K's 4 words
+ * of scales, Q5_K's 4 and its 8 of qh), its low nibbles (hi 0) or its high ones; Q5_K's fifth
+ * bits from qh word st, bits 2c + hi. */
+AVX2_INLINE __m256i q45_word(const uint8_t *tile, int x8, int q5, int c, int st, int hi)
+{
+    const __m256i v = tile_word(tile, x8, (q5 ? 12 : 4) + 8 * c + st), nib = _mm256_set1_epi8(0x0F);
+    const __m256i q = _mm256_and_si256(hi ? _mm256_srli_epi16(v, 4) : v, nib);
+    if (!q5)
+        return q;
+    const __m256i h = _mm256_srli_epi16(tile_word(tile, x8, 4 + st), 2 * c + hi);
+    return _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
+}
+
+/* Step m (0..15) of a Q6_K tile half's 8h ..: ql word 16h + m, its low nibbles (hi 0) or its
+ * high ones, with their top bits from qh word 32 + 8h + m % 8 (bits 2(m / 8) + 4hi). */
+AVX2_INLINE __m256i q6_word(const uint8_t *tile, int x8, int h, int m, int hi)
+{
+    const __m256i L = tile_word(tile, x8, 16 * h + m), Q = tile_word(tile, x8, 32 + 8 * h + m % 8);
+    const __m256i nib = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    const int sh = 2 * (m / 8) + 4 * hi;
+    return _mm256_or_si256(_mm256_and_si256(hi ? _mm256_srli_epi16(L, 4) : L, nib),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(Q, sh), three), 4));
+}
+
+/* NT tokens against one half of a tile: s[i] (8 rows' sums of token i) += each row's float of
+ * the super-block. A sub-block at a time, so that a token holds two sums (its int16 and its
+ * int32) and the 16 registers take TILE_NT tokens: each word is loaded once a sub-block, the
+ * low and the high nibbles' separately. Q4_K: chunk c's 8 words (4 + 8c ..) hold sub-blocks 2c
+ * (low nibbles, token quants 64c + 4st ..) and 2c + 1 (high, 64c + 32 + 4st ..). Q6_K, as
+ * gemm_rows_avx512vnni.c's tile_quants: steps m = 4m4 .. 4m4 + 3 of half h (q6_word) hold sub-
+ * blocks 8h + m4 (low nibbles, quants 128h + 4m ..) and 8h + 4 + m4 (high, 64 on). */
+AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const thalf *H, const uint8_t *tile,
+                              int x8, const mvm_block_q8_K *const a[], const int32_t pairs[][8],
+                              float (*s)[8])
+{
+    __m256i tot[TILE_NT], acc[TILE_NT];
+#pragma GCC unroll 4
+    for (int i = 0; i < NT; i++)
+        tot[i] = _mm256_setzero_si256();
+    if (t != MVM_W_Q6_K) {
+        /* words a sum: pairs reach 2·15·127 (Q4_K), 2·31·127 (Q5_K) */
+        const int q5 = t == MVM_W_Q5_K, run = q5 ? 4 : 8;
+#pragma GCC unroll 1
+        for (int c = 0; c < 4; c++)
+#pragma GCC unroll 2
+            for (int hi = 0; hi < 2; hi++) {
+#pragma GCC unroll 8
+                for (int st = 0; st < 8; st++) {
+                    const __m256i q = q45_word(tile, x8, q5, c, st, hi);
+#pragma GCC unroll 4
+                    for (int i = 0; i < NT; i++) {
+                        const __m256i p =
+                            _mm256_maddubs_epi16(q, tok4(a[i]->qs, 16 * c + 8 * hi + st));
+                        acc[i] = st % run ? _mm256_add_epi16(acc[i], p) : p;
+                        if (st % run == run - 1)
+                            tot[i] = _mm256_add_epi32(
+                                tot[i], _mm256_madd_epi16(acc[i], H->sc[2 * c + hi]));
+                    }
+                }
+            }
+    } else {
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int m4 = 0; m4 < 4; m4++)
+#pragma GCC unroll 2
+                for (int hi = 0; hi < 2; hi++)
+#pragma GCC unroll 4
+                    for (int st = 0; st < 4; st++) {
+                        const int m = 4 * m4 + st;
+                        const __m256i q = q6_word(tile, x8, h, m, hi);
+#pragma GCC unroll 4
+                        for (int i = 0; i < NT; i++) {
+                            const __m256i p =
+                                _mm256_maddubs_epi16(q, tok4(a[i]->qs, 32 * h + m + 16 * hi));
+                            /* two words a sum: pairs reach 2·63·127 */
+                            acc[i] = st % 2 ? _mm256_add_epi16(acc[i], p) : p;
+                            if (st % 2)
+                                tot[i] = _mm256_add_epi32(
+                                    tot[i], _mm256_madd_epi16(acc[i], H->sc[8 * h + m4 + 4 * hi]));
+                        }
+                    }
+    }
+    const int np = t == MVM_W_Q6_K ? 8 : 4;
+#pragma GCC unroll 4
+    for (int i = 0; i < NT; i++) {
+        __m256i ms = _mm256_setzero_si256();
+        for (int p = 0; p < np; p++)
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(H->mp[p], _mm256_set1_epi32(pairs[i][p])));
+        const __m256 ad = _mm256_set1_ps(a[i]->d);
+        __m256 f;
+        if (t == MVM_W_Q6_K) {
+            const __m256i sum = _mm256_sub_epi32(tot[i], _mm256_slli_epi32(ms, 5));
+            f = _mm256_mul_ps(ad, _mm256_mul_ps(H->d, _mm256_cvtepi32_ps(sum)));
+        } else {
+            const __m256 m = _mm256_mul_ps(H->dmin, _mm256_cvtepi32_ps(ms));
+            f = _mm256_mul_ps(ad, _mm256_fmsub_ps(H->d, _mm256_cvtepi32_ps(tot[i]), m));
+        }
+        _mm256_storeu_ps(s[i], _mm256_add_ps(_mm256_loadu_ps(s[i]), f));
+    }
+}
+
+/* All nt tokens against super-block k of a tile, TILE_NT at a time. */
+AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_t *act, size_t as,
+                             size_t k, size_t nt, float (*s)[16])
+{
+    thalf H[2];
+    thalf_scales(t, tile, 0, &H[0]);
+    thalf_scales(t, tile, 1, &H[1]);
+    for (size_t i0 = 0; i0 < nt; i0 += TILE_NT) {
+        const int NT = nt - i0 < TILE_NT ? (int)(nt - i0) : TILE_NT;
+        const mvm_block_q8_K *a[TILE_NT] = {NULL};
+        int32_t pairs[TILE_NT][8];
+        float lanes[2][TILE_NT][8];
+#pragma GCC unroll 4
+        for (int i = 0; i < NT; i++) {
+            a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i0 + (size_t)i) + k;
+            tok_pairs(t, a[i], pairs[i]);
+            memcpy(lanes[0][i], s[i0 + i], sizeof lanes[0][i]);
+            memcpy(lanes[1][i], s[i0 + i] + 8, sizeof lanes[1][i]);
+        }
+        for (int x8 = 0; x8 < 2; x8++) {
+            /* the token count a constant, so that the token loops unroll */
+            switch (NT) {
+            case 1: thalf_tokens(t, 1, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
+            case 2: thalf_tokens(t, 2, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
+            case 3: thalf_tokens(t, 3, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
+            default: thalf_tokens(t, TILE_NT, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < NT; i++) {
+            memcpy(s[i0 + i], lanes[0][i], sizeof lanes[0][i]);
+            memcpy(s[i0 + i] + 8, lanes[1][i], sizeof lanes[1][i]);
+        }
+    }
+}
+
+/* mvm_k_gemm_fn over a tiled matrix: n_rows (a multiple of 16) rows of rb bytes, each 16 rows
+ * nb = n / 256 tiles in order. Each tile's scales are decoded once a pass of up to TILE_TOKENS
+ * tokens. */
+AVX2_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                            const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                            size_t ys, int add)
+{
+    const size_t nb = n / MVM_QK_K, tb = 16 * mvm_k_block_bytes(t);
+    const uint8_t *end = w + n_rows * rb;
+    float s[TILE_TOKENS][16];
+    for (size_t t0 = 0; t0 < n_tok; t0 += TILE_TOKENS) {
+        const size_t nt = n_tok - t0 < TILE_TOKENS ? n_tok - t0 : TILE_TOKENS;
+        const uint8_t *at = act + t0 * as;
+        float *yt = y + t0 * ys;
+        for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
+            for (size_t i = 0; i < nt; i++)
+                if (add)
+                    memcpy(s[i], yt + i * ys + r0, sizeof s[i]);
+                else
+                    memset(s[i], 0, sizeof s[i]);
+            for (size_t k = 0; k < nb; k++) {
+                const uint8_t *tile = w + r0 * rb + k * tb;
+                if (tile + (TILE_AHEAD + 1) * tb <= end)
+                    for (size_t o = 0; o < tb; o += 64)
+                        _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T0);
+                if (tile + (TILE_AHEAD + 2) * tb <= end)
+                    for (size_t o = 0; o < tb; o += 64)
+                        _mm_prefetch((const char *)tile + (TILE_AHEAD + 1) * tb + o, _MM_HINT_T1);
+                tile_tokens(t, tile, at, as, k, nt, s);
+            }
+            for (size_t i = 0; i < nt; i++)
+                memcpy(yt + i * ys + r0, s[i], sizeof s[i]);
+        }
+    }
+}
+
+/* ---- row-major rows: each 16 rows' super-block tiled on the way in -------------------- */
+
+/* Words 0 .. nw - 1 (nw <= 8) at byte off of 8 rows, stored as a tile's: word w of row i at dst
+ * + 64w + 4i. An 8 x 8 transpose of dwords; four words are read as 16 bytes (a block's last
+ * words: nothing past it). */
+AVX2_INLINE void rows_words(const uint8_t *const r[8], size_t off, int nw, uint8_t *dst)
+{
+    __m256i v[8], t[8], u[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        v[i] = nw > 4 ? _mm256_loadu_si256((const __m256i *)(r[i] + off))
+                      : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(r[i] + off)));
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        _mm256_storeu_si256((__m256i *)(dst + 64 * j),
+                            _mm256_permute2x128_si256(u[j], u[j + 4], 0x20));
+        if (nw > 4)
+            _mm256_storeu_si256((__m256i *)(dst + 64 * (j + 4)),
+                                _mm256_permute2x128_si256(u[j], u[j + 4], 0x31));
+    }
+}
+
+/* Super-block k of 16 rows (row i at p[i]) as a tile (kernels.h, "Expert tiles"). */
+AVX2_INLINE void rows_tile(enum mvm_wtype t, const uint8_t *const p[16], size_t k, uint8_t *tile)
+{
+    const size_t bytes = mvm_k_block_bytes(t), nw = bytes / 4, tail = bytes % 4;
+    const size_t off = k * bytes;
+#pragma GCC unroll 2
+    for (int x8 = 0; x8 < 2; x8++)
+        for (size_t w = 0; w < nw; w += 8)
+            rows_words(p + 8 * x8, off + 4 * w, nw - w < 8 ? (int)(nw - w) : 8,
+                       tile + 64 * w + 32 * x8);
+    for (size_t i = 0; i < 16; i++)
+        memcpy(tile + 64 * nw + tail * i, p[i] + off + 4 * nw, tail);
+}
+
+/* mvm_k_gemm_fn over row-major rows: each 16 rows' super-block is tiled (rows_tile) once a pass
+ * of up to TILE_TOKENS tokens and taken as the tiles are; a block cut short by the matrix's
+ * edge repeats its last row (computed, never stored). The rows' next super-block is prefetched
+ * a block ahead. */
+AVX2_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                           size_t ys, int add)
+{
+    const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
+    float s[TILE_TOKENS][16];
+    _Alignas(64) uint8_t tile[16 * 256];
+    for (size_t t0 = 0; t0 < n_tok; t0 += TILE_TOKENS) {
+        const size_t nt = n_tok - t0 < TILE_TOKENS ? n_tok - t0 : TILE_TOKENS;
+        const uint8_t *at = act + t0 * as;
+        float *yt = y + t0 * ys;
+        for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
+            const size_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+            const uint8_t *p[16];
+            for (size_t i = 0; i < 16; i++)
+                p[i] = w + (r0 + (i < nr ? i : nr - 1)) * rb;
+            for (size_t i = 0; i < nt; i++)
+                for (size_t r = 0; r < 16; r++)
+                    s[i][r] = add && r < nr ? yt[i * ys + r0 + r] : 0.0f;
+            for (size_t k = 0; k < nb; k++) {
+                for (size_t i = 0; i < 16 && k + 1 < nb; i++)
+                    avx2_prefetch_at(p[i] + k * bytes, bytes, bytes);
+                rows_tile(t, p, k, tile);
+                tile_tokens(t, tile, at, as, k, nt, s);
+            }
+            for (size_t i = 0; i < nt; i++)
+                memcpy(yt + i * ys + r0, s[i], nr * sizeof(float));
+        }
+    }
+}
+
+#define GEMM_TILES(sfx, type)                                                                      \
+    AVX2_TARGET static void tiles_##sfx(const void *w, size_t rb, size_t n_rows, const void *act,  \
+                                        size_t as, size_t n_tok, size_t n, float *y, size_t ys,    \
+                                        int add)                                                   \
+    {                                                                                              \
+        gemm_tiles(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                            \
+    }
+GEMM_TILES(q4_K, MVM_W_Q4_K)
+GEMM_TILES(q5_K, MVM_W_Q5_K)
+GEMM_TILES(q6_K, MVM_W_Q6_K)
+
+const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT] = {
+    [MVM_W_Q4_K] = tiles_q4_K, [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K};
+
+#define GEMM_ROWS(sfx, type)                                                                       \
+    AVX2_TARGET static void rows_##sfx(const void *w, size_t rb, size_t n_rows, const void *act,   \
+                                       size_t as, size_t n_tok, size_t n, float *y, size_t ys,     \
+                                       int add)                                                    \
+    {                                                                                              \
+        gemm_rows(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                             \
+    }
+GEMM_ROWS(q4_K, MVM_W_Q4_K)
+GEMM_ROWS(q5_K, MVM_W_Q5_K)
+GEMM_ROWS(q6_K, MVM_W_Q6_K)
+
+const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT] = {
+    [MVM_W_Q4_K] = rows_q4_K, [MVM_W_Q5_K] = rows_q5_K, [MVM_W_Q6_K] = rows_q6_K};
+
+#endif
