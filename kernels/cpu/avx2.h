@@ -91,6 +91,34 @@ AVX2_INLINE void avx2_prefetch_rows_l2(const uint8_t *p, size_t bytes)
         _mm_prefetch((const char *)p + MVM_K_PREFETCH_ROWS + o, _MM_HINT_T1);
 }
 
+/* Tiles of a tiled matrix (kernels.h, "Expert tiles") ahead of the one in use that the next
+ * is sent to L1 (avx2_prefetch_tiles): the hardware's prefetchers alone left 4 to 8
+ * tokens streamed from memory at about half their speed from L2. Until session 77 it was 4
+ * tiles ahead into L2 (one into L1 had been too late on the machine then), but on a 2-core
+ * AMD EPYC (Zen 5 class) that left one token's products at 24 GB/s of weights against a 39
+ * GB/s read and 55 from L2: the copy and the arithmetic in turn, not overlapped. Two tiles
+ * ahead into L1 (4.5-6.6 KiB, about MVM_K_PREFETCH_ROWS) took an OLMoE Q4_K_M
+ * expert (bench_cpu_expert_tokens) at 1, 2, 4, 8 tokens from 37, 78, 134-157, 178-182
+ * GMAC/s to 55, 105, 170-173, 219-223, Q6_K's from 29 to 45 at 1 token, and 16 tokens and
+ * more within noise; three or four tiles, or prefetchnta, were no better (docs/perf/cpu.md). */
+#define MVM_K_TILE_AHEAD 2
+/* And one tile further into L2 first (prefetcht1, which Zen 4 keeps out of L1): on a 2-core
+ * AMD EPYC (Zen 4, family 25) whose memory read at 25 GB/s, the L1 prefetch alone left 8
+ * tokens streamed at half their speed from L2 (60 against 120 GMAC/s); a second L1 prefetch
+ * a tile further, or one alone 3 or 4 tiles ahead, did no better, an L2 prefetch 3 to 6 tiles
+ * ahead took them to 93-100 (bench_cpu_expert_tokens, alternating builds: Q4_K_M's 1, 4, 8,
+ * 16 tokens 26, 57, 60, 83 -> 30, 75, 100, 115 GMAC/s; Q6_K's 18, 44, 40, 63 -> 22, 61, 83,
+ * 103; docs/perf/cpu.md). */
+AVX2_INLINE void avx2_prefetch_tiles(const uint8_t *tile, size_t tb, const uint8_t *end)
+{
+    if (tile + (MVM_K_TILE_AHEAD + 1) * tb <= end)
+        for (size_t o = 0; o < tb; o += 64)
+            _mm_prefetch((const char *)tile + MVM_K_TILE_AHEAD * tb + o, _MM_HINT_T0);
+    if (tile + (MVM_K_TILE_AHEAD + 2) * tb <= end)
+        for (size_t o = 0; o < tb; o += 64)
+            _mm_prefetch((const char *)tile + (MVM_K_TILE_AHEAD + 1) * tb + o, _MM_HINT_T1);
+}
+
 AVX2_INLINE float avx2_hsum(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

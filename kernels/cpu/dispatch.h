@@ -176,6 +176,15 @@ typedef void (*mvm_k_axpy_fn)(const void *row, float s, float *out, size_t n);
 typedef void (*mvm_k_gemm_fn)(const void *w, size_t row_bytes, size_t n_rows, const void *act,
                               size_t act_stride, size_t n_tok, size_t n, float *y, size_t ys,
                               int add);
+/* Defines `name` (storage: static, or empty for an entry another file's table takes), an
+ * mvm_k_gemm_fn that is fn(type, its arguments) (attr: the level's target): a table's entry
+ * for one type of a kernel written over the type. */
+#define MVM_K_GEMM_ENTRY(storage, attr, name, fn, type)                                            \
+    attr storage void name(const void *w, size_t rb, size_t n_rows, const void *act, size_t as,    \
+                           size_t n_tok, size_t n, float *y, size_t ys, int add)                   \
+    {                                                                                              \
+        fn(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                    \
+    }
 
 /* A level's mvm_k_attn_block (kernels.h), same arguments: 1 when it computed the block, 0
  * when it leaves the case (a cache type or head size it does not take) to ops.c's. */

@@ -9,13 +9,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 /* The table's entry for one type: fn (gemm_k, or gemm_q_avx512vnni.c's) with it fixed. */
-#define GEMM(fn, sfx, type)                                                                        \
-    AVX512_TARGET static void gemm_##sfx(const void *w, size_t rb, size_t n_rows, const void *act, \
-                                         size_t as, size_t n_tok, size_t n, float *y, size_t ys,   \
-                                         int add)                                                  \
-    {                                                                                              \
-        fn(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                    \
-    }
+#define GEMM(fn, sfx, type) MVM_K_GEMM_ENTRY(static, AVX512_TARGET, gemm_##sfx, fn, type)
 GEMM(gemm_k, q2_K, MVM_W_Q2_K)
 GEMM(gemm_k, q3_K, MVM_W_Q3_K)
 GEMM(gemm_k, q4_K, MVM_W_Q4_K)

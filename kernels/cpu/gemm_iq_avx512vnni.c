@@ -8,13 +8,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#define GEMM(sfx, type)                                                                            \
-    AVX512_TARGET void mvm_k_gemm_vnni_##sfx(const void *w, size_t rb, size_t n_rows,             \
-                                             const void *act, size_t as, size_t n_tok, size_t n,   \
-                                             float *y, size_t ys, int add)                         \
-    {                                                                                              \
-        gemm_k(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                \
-    }
+#define GEMM(sfx, type) MVM_K_GEMM_ENTRY(, AVX512_TARGET, mvm_k_gemm_vnni_##sfx, gemm_k, type)
 MVM_K_VNNI_IQ_TYPES(GEMM)
 #undef GEMM
 

@@ -132,8 +132,8 @@ AVX512_INLINE void qslots_fill(enum mvm_wtype t, const uint8_t *w, size_t rb, qs
 #define Q8T_BYTES (16 * sizeof(mvm_block_q8_0))
 
 /* Tiles ahead of their use that are prefetched into L1, and into L2 before that, as
- * gemm_rows_avx512vnni.c's TILE_AHEAD and TILE_AHEAD_L2; a Q8_0 tile is an eighth of a
- * K-quant tile's products, so further ahead. An OLMoE expert streamed on a Zen 4, 8 and 16
+ * avx2.h's avx2_prefetch_tiles; a Q8_0 tile is an eighth of a K-quant tile's products, so
+ * further ahead. An OLMoE expert streamed on a Zen 4, 8 and 16
  * tokens, GMAC/s (bench_cpu_expert_tokens q8_0+tiles): 2 and 3 tiles ahead 65, 102; 4 and
  * 8, 77, 116; 8 and 16, 84, 112; 16 and 32, 60-72, 84-104. */
 #define Q8T_AHEAD 8
@@ -303,7 +303,7 @@ AVX512_INLINE void qrows_fill(enum mvm_wtype t, int split, const uint8_t *const 
     for (int r = 0; r < 8; r++) {
         const uint8_t *x = rows[r] + j0 * bytes;
         /* the next block of rows' step: a block's time ahead of its use; and the block after
-         * it into L2 first, as the K-quant tiles (gemm_rows_avx512vnni.c, TILE_AHEAD_L2):
+         * it into L2 first, as the K-quant tiles (avx2.h's avx2_prefetch_tiles):
          * on a Zen 4 an expert's 4 and 8 tokens streamed from 33 and 57 GMAC/s to 39 and
          * 67 (bench_cpu_expert_tokens q8_0, docs/perf/cpu.md) */
         avx2_prefetch_rows(x + 8 * rb, (size_t)n * bytes);

@@ -605,24 +605,6 @@ AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 #define TILE_UNPACK_TOKENS 8
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
-/* How many tiles ahead the next is sent to L1: the hardware's prefetchers alone left 4 to 8
- * tokens streamed from memory at about half their speed from L2. Until session 77 it was 4
- * tiles ahead into L2 (one into L1 had been too late on the machine then), but on a 2-core
- * AMD EPYC (Zen 5 class) that left one token's products at 24 GB/s of weights against a 39
- * GB/s read and 55 from L2: the copy and the arithmetic in turn, not overlapped. Two tiles
- * ahead into L1 (4.5-6.6 KiB, about MVM_K_PREFETCH_ROWS) took an OLMoE Q4_K_M
- * expert (bench_cpu_expert_tokens) at 1, 2, 4, 8 tokens from 37, 78, 134-157, 178-182
- * GMAC/s to 55, 105, 170-173, 219-223, Q6_K's from 29 to 45 at 1 token, and 16 tokens and
- * more within noise; three or four tiles, or prefetchnta, were no better (docs/perf/cpu.md). */
-#define TILE_AHEAD 2
-/* And one tile further into L2 first (prefetcht1, which Zen 4 keeps out of L1): on a 2-core
- * AMD EPYC (Zen 4, family 25) whose memory read at 25 GB/s, the L1 prefetch alone left 8
- * tokens streamed at half their speed from L2 (60 against 120 GMAC/s); a second L1 prefetch
- * a tile further, or one alone 3 or 4 tiles ahead, did no better, an L2 prefetch 3 to 6 tiles
- * ahead took them to 93-100 (bench_cpu_expert_tokens, alternating builds: Q4_K_M's 1, 4, 8,
- * 16 tokens 26, 57, 60, 83 -> 30, 75, 100, 115 GMAC/s; Q6_K's 18, 44, 40, 63 -> 22, 61, 83,
- * 103; docs/perf/cpu.md). */
-#define TILE_AHEAD_L2 (TILE_AHEAD + 1)
 
 /* mvm_k_gemm_fn over a tiled matrix: n_rows (a multiple of 16) rows of rb bytes, each 16
  * rows nb = n / 256 tiles in order. Each tile's scales are decoded once and its quants
@@ -645,12 +627,7 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                                            : _mm512_setzero_ps());
             for (size_t k = 0; k < nb; k++) {
                 const uint8_t *tile = w + r0 * rb + k * tb;
-                if (tile + (TILE_AHEAD + 1) * tb <= end)
-                    for (size_t o = 0; o < tb; o += 64)
-                        _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T0);
-                if (tile + (TILE_AHEAD_L2 + 1) * tb <= end)
-                    for (size_t o = 0; o < tb; o += 64)
-                        _mm_prefetch((const char *)tile + TILE_AHEAD_L2 * tb + o, _MM_HINT_T1);
+                avx2_prefetch_tiles(tile, tb, end);
                 tile_scales(t, tile, &R);
                 /* unpacked once (Q4_K's and IQ4_XS's split again as used: cheaper) */
                 if (t != MVM_W_Q4_K && t != MVM_W_IQ4_XS && nt > TILE_UNPACK_TOKENS) {
@@ -666,12 +643,7 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
 }
 
 #define GEMM_TILES(sfx, type)                                                                      \
-    AVX512_TARGET static void tiles_##sfx(const void *w, size_t rb, size_t n_rows,                 \
-                                          const void *act, size_t as, size_t n_tok, size_t n,      \
-                                          float *y, size_t ys, int add)                            \
-    {                                                                                              \
-        gemm_tiles(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                            \
-    }
+    MVM_K_GEMM_ENTRY(static, AVX512_TARGET, tiles_##sfx, gemm_tiles, type)
 GEMM_TILES(q4_K, MVM_W_Q4_K)
 GEMM_TILES(q5_K, MVM_W_Q5_K)
 GEMM_TILES(q6_K, MVM_W_Q6_K)

@@ -35,8 +35,6 @@
 #define TILE_NT 4
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
-/* Tiles ahead sent to L1, and one further to L2 (gemm_rows_avx512vnni.c's measurements). */
-#define TILE_AHEAD 2
 
 /* 8 rows' scales of a tile half: sc[j] sub-block j's scale in both int16 of a lane (madd's),
  * mp[p] the int16 pair the token's pair p of sums meets (Q4_K: the mins of sub-blocks 2p, 2p +
@@ -303,12 +301,7 @@ AVX2_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, size_
                     memset(s[i], 0, sizeof s[i]);
             for (size_t k = 0; k < nb; k++) {
                 const uint8_t *tile = w + r0 * rb + k * tb;
-                if (tile + (TILE_AHEAD + 1) * tb <= end)
-                    for (size_t o = 0; o < tb; o += 64)
-                        _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T0);
-                if (tile + (TILE_AHEAD + 2) * tb <= end)
-                    for (size_t o = 0; o < tb; o += 64)
-                        _mm_prefetch((const char *)tile + (TILE_AHEAD + 1) * tb + o, _MM_HINT_T1);
+                avx2_prefetch_tiles(tile, tb, end);
                 tile_tokens(t, tile, at, as, k, nt, s);
             }
             for (size_t i = 0; i < nt; i++)
@@ -400,32 +393,20 @@ AVX2_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t
     }
 }
 
-#define GEMM_TILES(sfx, type)                                                                      \
-    AVX2_TARGET static void tiles_##sfx(const void *w, size_t rb, size_t n_rows, const void *act,  \
-                                        size_t as, size_t n_tok, size_t n, float *y, size_t ys,    \
-                                        int add)                                                   \
-    {                                                                                              \
-        gemm_tiles(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                            \
-    }
-GEMM_TILES(q4_K, MVM_W_Q4_K)
-GEMM_TILES(q5_K, MVM_W_Q5_K)
-GEMM_TILES(q6_K, MVM_W_Q6_K)
+/* The tables' entry for one type: fn (gemm_tiles or gemm_rows) with it fixed. */
+#define ENTRY(fn, sfx, type) MVM_K_GEMM_ENTRY(static, AVX2_TARGET, fn##_##sfx, fn, type)
+ENTRY(gemm_tiles, q4_K, MVM_W_Q4_K)
+ENTRY(gemm_tiles, q5_K, MVM_W_Q5_K)
+ENTRY(gemm_tiles, q6_K, MVM_W_Q6_K)
+ENTRY(gemm_rows, q4_K, MVM_W_Q4_K)
+ENTRY(gemm_rows, q5_K, MVM_W_Q5_K)
+ENTRY(gemm_rows, q6_K, MVM_W_Q6_K)
 
-const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT] = {
-    [MVM_W_Q4_K] = tiles_q4_K, [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K};
-
-#define GEMM_ROWS(sfx, type)                                                                       \
-    AVX2_TARGET static void rows_##sfx(const void *w, size_t rb, size_t n_rows, const void *act,   \
-                                       size_t as, size_t n_tok, size_t n, float *y, size_t ys,     \
-                                       int add)                                                    \
-    {                                                                                              \
-        gemm_rows(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                             \
-    }
-GEMM_ROWS(q4_K, MVM_W_Q4_K)
-GEMM_ROWS(q5_K, MVM_W_Q5_K)
-GEMM_ROWS(q6_K, MVM_W_Q6_K)
-
-const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT] = {
-    [MVM_W_Q4_K] = rows_q4_K, [MVM_W_Q5_K] = rows_q5_K, [MVM_W_Q6_K] = rows_q6_K};
+const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT] = {[MVM_W_Q4_K] = gemm_tiles_q4_K,
+                                                     [MVM_W_Q5_K] = gemm_tiles_q5_K,
+                                                     [MVM_W_Q6_K] = gemm_tiles_q6_K};
+const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT] = {[MVM_W_Q4_K] = gemm_rows_q4_K,
+                                                    [MVM_W_Q5_K] = gemm_rows_q5_K,
+                                                    [MVM_W_Q6_K] = gemm_rows_q6_K};
 
 #endif
