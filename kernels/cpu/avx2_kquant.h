@@ -64,6 +64,15 @@ AVX2_INLINE __m256i avx2_lane_word(__m256i v, int b)
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * b)));
 }
 
+/* 16 int8 scales widened to int16, the even ones' in the low 128-bit lane and the odd ones' in
+ * the high one: avx2_lane_word(.., b) then gives scale 2b in the low lane, 2b + 1 in the high,
+ * for the types whose 32 quants a step are two sub-blocks of 16, one a lane. */
+AVX2_INLINE __m256i avx2_even_odd16(__m128i s8)
+{
+    return _mm256_cvtepi8_epi16(
+        _mm_shuffle_epi8(s8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+}
+
 /* The exact sums of the 8 int32 lanes of x and of y, as (x's, y's). */
 AVX2_INLINE void avx2_hsum2_i32(__m256i x, __m256i y, int32_t *sx, int32_t *sy)
 {
@@ -127,7 +136,7 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
 /* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per
  * 128-bit lane, so one madd applies both scales (int8, signed: madd takes int16 on both
  * sides), broadcast within the lanes by a byte shuffle of the scales widened once with the
- * even sub-blocks' in the low lane and the odd ones' in the high lane (as avx2_kblock_q23).
+ * even sub-blocks' in the low lane and the odd ones' in the high lane (avx2_even_odd16).
  * The -32 of every quant is taken off by starting each token's sums at -32 times a madd of
  * the scales with its bsums: the same integers as subtracting it at the end. Unrolled, so
  * that the shifts are immediates: a rolled loop with scalar scales and offset ran at 6.1
@@ -138,8 +147,7 @@ AVX2_INLINE void avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *c
     const __m256i nib = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
     const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
-    const __m256i pairs = _mm256_cvtepi8_epi16(
-        _mm_shuffle_epi8(s8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+    const __m256i pairs = avx2_even_odd16(s8);
     __m256i acc[MVM_K_NT];
     for (int i = 0; i < nt; i++)
         acc[i] = _mm256_sub_epi32(
@@ -207,8 +215,7 @@ AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const 
     const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
     const __m256i mins16 =
         _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
-    const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
-        sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+    const __m256i pairs = avx2_even_odd16(sc8);
     __m256i acc[MVM_K_NT];
     int32_t offset[MVM_K_NT], msum[MVM_K_NT];
     for (int i = 0; i < nt; i++) {

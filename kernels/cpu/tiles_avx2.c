@@ -126,8 +126,8 @@ AVX2_INLINE __m256i tok4(const int8_t *qs, int g)
     return _mm256_set1_epi32(x);
 }
 
-/* The pairs a token's sums meet (thalf's mp): Q4_K its 8 sub-blocks' sums (bsums 2j + 2j + 1),
- * two to a dword; Q6_K its bsums, two to a dword. */
+/* The pairs a token's sums meet (thalf's mp): Q4_K its 8 sub-blocks' sums (bsums 2j and
+ * 2j + 1 added), two to a dword; Q6_K its bsums, two to a dword. */
 AVX2_INLINE void tok_pairs(enum mvm_wtype t, const mvm_block_q8_K *a, int32_t pairs[8])
 {
     if (t == MVM_W_Q6_K) {
