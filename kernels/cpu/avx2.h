@@ -160,6 +160,30 @@ AVX2_INLINE __m256i avx2_hsum8_i32(const __m256i v[8])
                             _mm256_permute2x128_si256(q[0], q[1], 0x31));
 }
 
+/* An 8 x 8 transpose of dwords in place: v[i] lane j becomes v[j] lane i (rows' words into
+ * the lanes). */
+AVX2_INLINE void avx2_transpose8_i32(__m256i v[8])
+{
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
+        v[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
+    }
+}
+
 /* Token i's activations, as `type`, of n_tok at base, stride bytes apart. */
 #define AVX2_TOK(type, base, stride, i) ((const type *)((const uint8_t *)(base) + (i) * (stride)))
 

@@ -317,30 +317,17 @@ AVX2_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, size_
  * words: nothing past it). */
 AVX2_INLINE void rows_words(const uint8_t *const r[8], size_t off, int nw, uint8_t *dst)
 {
-    __m256i v[8], t[8], u[8];
+    __m256i v[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
         v[i] = nw > 4 ? _mm256_loadu_si256((const __m256i *)(r[i] + off))
                       : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(r[i] + off)));
-#pragma GCC unroll 4
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
-    }
-#pragma GCC unroll 2
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
+    avx2_transpose8_i32(v);
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        _mm256_storeu_si256((__m256i *)(dst + 64 * j),
-                            _mm256_permute2x128_si256(u[j], u[j + 4], 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 64 * j), v[j]);
         if (nw > 4)
-            _mm256_storeu_si256((__m256i *)(dst + 64 * (j + 4)),
-                                _mm256_permute2x128_si256(u[j], u[j + 4], 0x31));
+            _mm256_storeu_si256((__m256i *)(dst + 64 * (j + 4)), v[j + 4]);
     }
 }
 
@@ -405,8 +392,20 @@ ENTRY(gemm_rows, q6_K, MVM_W_Q6_K)
 const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT] = {[MVM_W_Q4_K] = gemm_tiles_q4_K,
                                                      [MVM_W_Q5_K] = gemm_tiles_q5_K,
                                                      [MVM_W_Q6_K] = gemm_tiles_q6_K};
-const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT] = {[MVM_W_Q4_K] = gemm_rows_q4_K,
-                                                    [MVM_W_Q5_K] = gemm_rows_q5_K,
-                                                    [MVM_W_Q6_K] = gemm_rows_q6_K};
+/* The 32-element Q types' entries: gemm_q_avx2.c's kernel with the type fixed. */
+#define GEMM_Q(sfx, type) MVM_K_GEMM_ENTRY(static, AVX2_TARGET, gemm_##sfx, mvm_k_gemm_q_avx2, type)
+GEMM_Q(q8_0, MVM_W_Q8_0)
+GEMM_Q(q4_0, MVM_W_Q4_0)
+GEMM_Q(q4_1, MVM_W_Q4_1)
+GEMM_Q(q5_0, MVM_W_Q5_0)
+GEMM_Q(q5_1, MVM_W_Q5_1)
+GEMM_Q(iq4_nl, MVM_W_IQ4_NL)
+GEMM_Q(mxfp4, MVM_W_MXFP4)
+
+const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT] = {
+    [MVM_W_Q8_0] = gemm_q8_0,         [MVM_W_Q4_0] = gemm_q4_0,     [MVM_W_Q4_1] = gemm_q4_1,
+    [MVM_W_Q5_0] = gemm_q5_0,         [MVM_W_Q5_1] = gemm_q5_1,     [MVM_W_IQ4_NL] = gemm_iq4_nl,
+    [MVM_W_MXFP4] = gemm_mxfp4,       [MVM_W_Q4_K] = gemm_rows_q4_K, [MVM_W_Q5_K] = gemm_rows_q5_K,
+    [MVM_W_Q6_K] = gemm_rows_q6_K};
 
 #endif
