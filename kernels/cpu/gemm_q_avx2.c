@@ -7,8 +7,9 @@
  * and the 8 rows' blocks transposed (avx2_transpose8_i32), so that word i of the result holds
  * quants 4i .. 4i + 3 of the 8 rows: Q8_0 and the table types keep it as |w| and w, the sides
  * of the sign trick, the others as their unsigned quants. A token then broadcasts its own 4
- * quants against the word, and its block costs 8 times a sign, a maddubs, a madd and an add,
- * the 8 rows' sums landing in their lanes with nothing left to reduce, then one conversion and
+ * quants against the word, and its block costs 8 times a sign, a maddubs, a madd and an add
+ * (the unsigned types a maddubs and an int16 add, widened once per 4 or 8 words: q_run), the
+ * 8 rows' sums landing in their lanes with nothing left to reduce, then one conversion and
  * one fused scaling by the rows' scales times its own. avx2_dotn_q instead reduces each row's
  * 8 blocks' sums across the lanes (21 shuffles and adds a row and 8 blocks) and gathers the
  * token's 8 scales through the stack each time: 48 vector instructions for 256 products of a
@@ -92,11 +93,22 @@ AVX2_INLINE void qlanes_fill(enum mvm_wtype t, const uint8_t *const r[8], size_t
     }
 }
 
+/* Words whose int16 pair sums a token adds before one madd widens them, for the unsigned types:
+ * Q4_0's and Q4_1's pairs reach 2·15·127, so a block's 8 words; Q5_0's and Q5_1's 2·31·127, 4.
+ * The signed types' (the sign trick's |w| reaches 128) are widened word by word. */
+AVX2_INLINE int q_run(enum mvm_wtype t)
+{
+    return q_signed(t) ? 1 : t == MVM_W_Q5_0 || t == MVM_W_Q5_1 ? 4 : 8;
+}
+
 /* S[k]: the 8 rows' exact sums of block j's products with token k's block at a + k·as (k <
  * NT), a bias's products included (q_unbias takes them off). */
 AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const qlanes *Q, int j,
                              const uint8_t *a, size_t as, __m256i S[QL_NT])
 {
+    const int run = q_run(t);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p16[QL_NT];
 #pragma GCC unroll 4
     for (int k = 0; k < NT; k++)
         S[k] = _mm256_setzero_si256();
@@ -108,7 +120,10 @@ AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const qlanes *Q, in
             int32_t a4;
             memcpy(&a4, AVX2_TOK(mvm_block_q8_0, a, as, k)->qs + 4 * i, sizeof a4);
             const __m256i qa = _mm256_set1_epi32(a4);
-            S[k] = avx2_dpbusd(S[k], u, q_signed(t) ? _mm256_sign_epi8(qa, sg) : qa);
+            const __m256i p = _mm256_maddubs_epi16(u, q_signed(t) ? _mm256_sign_epi8(qa, sg) : qa);
+            p16[k] = i % run ? _mm256_add_epi16(p16[k], p) : p;
+            if (i % run == run - 1)
+                S[k] = _mm256_add_epi32(S[k], _mm256_madd_epi16(p16[k], ones));
         }
     }
 }
