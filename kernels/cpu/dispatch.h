@@ -352,6 +352,11 @@ extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT];  /* tiles_avx2.c */
 extern const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT]; /* tiles_avx2.c */
+/* The 32-element Q types the multi-row kernels take (gemm_q_avx2.c, gemm_q_avx512vnni.c), each
+ * as X(type): one instance of a kernel per type, so that its decoder's branches fold away. */
+#define MVM_K_Q32_TYPES(X)                                                                         \
+    X(MVM_W_Q8_0) X(MVM_W_Q4_0) X(MVM_W_Q4_1) X(MVM_W_Q5_0) X(MVM_W_Q5_1) X(MVM_W_IQ4_NL)          \
+    X(MVM_W_MXFP4)
 /* The AVX2 level's products of the 32-element Q types (gemm_q_avx2.c), the entries of its gemm
  * table for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4; mvm_k_gemm_fn's arguments otherwise. */
 void mvm_k_gemm_q_avx2(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,

@@ -312,7 +312,6 @@ AVX2_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
     free(A.da), free(A.asum);
 }
 
-/* One instance per type, so that the decoders' branches fold away. */
 #define GEMM_Q_CASE(type)                                                                          \
     case type:                                                                                     \
         if (add)                                                                                   \
@@ -328,13 +327,7 @@ AVX2_TARGET void mvm_k_gemm_q_avx2(enum mvm_wtype t, const uint8_t *w, size_t rb
                                    size_t ys, int add)
 {
     switch (t) {
-        GEMM_Q_CASE(MVM_W_Q8_0)
-        GEMM_Q_CASE(MVM_W_Q4_0)
-        GEMM_Q_CASE(MVM_W_Q4_1)
-        GEMM_Q_CASE(MVM_W_Q5_0)
-        GEMM_Q_CASE(MVM_W_Q5_1)
-        GEMM_Q_CASE(MVM_W_IQ4_NL)
-        GEMM_Q_CASE(MVM_W_MXFP4)
+        MVM_K_Q32_TYPES(GEMM_Q_CASE)
     default: abort(); /* the table holds only these */
     }
 }

@@ -608,7 +608,6 @@ AVX512_TARGET void mvm_k_tiles_q8_0_vnni(const void *w, size_t rb, size_t n_rows
         q8t_rows(w, rb, n_rows, act, as, n_tok, n, y, ys);
 }
 
-/* One instance per type, so that the decoders' branches fold away. */
 #define GEMM_Q_CASE(type)                                                                          \
     case type:                                                                                     \
         if (add)                                                                                   \
@@ -622,13 +621,7 @@ AVX512_TARGET void mvm_k_gemm_q_vnni(enum mvm_wtype t, const uint8_t *w, size_t 
                                      size_t n, float *y, size_t ys, int add)
 {
     switch (t) {
-        GEMM_Q_CASE(MVM_W_Q8_0)
-        GEMM_Q_CASE(MVM_W_Q4_0)
-        GEMM_Q_CASE(MVM_W_Q4_1)
-        GEMM_Q_CASE(MVM_W_Q5_0)
-        GEMM_Q_CASE(MVM_W_Q5_1)
-        GEMM_Q_CASE(MVM_W_IQ4_NL)
-        GEMM_Q_CASE(MVM_W_MXFP4)
+        MVM_K_Q32_TYPES(GEMM_Q_CASE)
     default:
         assert(!"mvm_k_gemm_q_vnni: not a 32-element Q type");
     }

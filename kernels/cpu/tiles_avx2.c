@@ -393,19 +393,13 @@ const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT] = {[MVM_W_Q4_K] = gemm_tiles_q
                                                      [MVM_W_Q5_K] = gemm_tiles_q5_K,
                                                      [MVM_W_Q6_K] = gemm_tiles_q6_K};
 /* The 32-element Q types' entries: gemm_q_avx2.c's kernel with the type fixed. */
-#define GEMM_Q(sfx, type) MVM_K_GEMM_ENTRY(static, AVX2_TARGET, gemm_##sfx, mvm_k_gemm_q_avx2, type)
-GEMM_Q(q8_0, MVM_W_Q8_0)
-GEMM_Q(q4_0, MVM_W_Q4_0)
-GEMM_Q(q4_1, MVM_W_Q4_1)
-GEMM_Q(q5_0, MVM_W_Q5_0)
-GEMM_Q(q5_1, MVM_W_Q5_1)
-GEMM_Q(iq4_nl, MVM_W_IQ4_NL)
-GEMM_Q(mxfp4, MVM_W_MXFP4)
+#define GEMM_Q(type)                                                                               \
+    MVM_K_GEMM_ENTRY(static, AVX2_TARGET, gemm_q_##type, mvm_k_gemm_q_avx2, type)
+MVM_K_Q32_TYPES(GEMM_Q)
+#define GEMM_Q_SLOT(type) [type] = gemm_q_##type,
 
 const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT] = {
-    [MVM_W_Q8_0] = gemm_q8_0,         [MVM_W_Q4_0] = gemm_q4_0,     [MVM_W_Q4_1] = gemm_q4_1,
-    [MVM_W_Q5_0] = gemm_q5_0,         [MVM_W_Q5_1] = gemm_q5_1,     [MVM_W_IQ4_NL] = gemm_iq4_nl,
-    [MVM_W_MXFP4] = gemm_mxfp4,       [MVM_W_Q4_K] = gemm_rows_q4_K, [MVM_W_Q5_K] = gemm_rows_q5_K,
-    [MVM_W_Q6_K] = gemm_rows_q6_K};
+    MVM_K_Q32_TYPES(GEMM_Q_SLOT)
+    [MVM_W_Q4_K] = gemm_rows_q4_K, [MVM_W_Q5_K] = gemm_rows_q5_K, [MVM_W_Q6_K] = gemm_rows_q6_K};
 
 #endif
