@@ -588,6 +588,130 @@ AVX2_INLINE void avx2_downn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t 
     }
 }
 
+/* ---- the activations' quantizers: blocks.h's, 8 floats a register ---------------------- */
+
+/* 32 int32 lanes (q[0] the first 8) in [-128, 127] as bytes, in order. */
+AVX2_INLINE __m256i avx2_pack_i8(const __m256i q[4])
+{
+    /* packs work within 128-bit halves: [q0 lo, q1 lo, q2 lo, q3 lo | q0 hi, q1 hi, ...] in
+     * dwords of 4 bytes, put back in order by one dword permute */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                         _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* The largest lane of v. */
+AVX2_INLINE float avx2_hmax(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* 8n floats at x: their magnitudes' maximum, or -1 when one is a NaN. */
+AVX2_INLINE float avx2_amax(const float *x, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        const __m256 v = _mm256_loadu_ps(x + 8 * i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v));
+    }
+    return _mm256_movemask_ps(nan) ? -1.0f : avx2_hmax(m);
+}
+
+/* One Q8_0 block as mvm_k_q8_0_block makes it (avx512.h's q8_0_block16 in 8-float vectors);
+ * 0 (nothing written) when the block holds a NaN or an infinity. roundf (half away from zero)
+ * as truncation plus one where the exact remainder is at least a half. */
+AVX2_INLINE int avx2_q8_0_block(const float *x, mvm_block_q8_0 *y)
+{
+    const float amax = avx2_amax(x, 4);
+    if (amax < 0 || __builtin_isinf(amax))
+        return 0;
+    const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+    y->d = mvm_k_f2h(d);
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    __m256i q[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), _mm256_set1_ps(id));
+        const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)),
+                                        _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+        const __m256 r =
+            _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(v, sign))));
+        q[i] = _mm256_cvttps_epi32(r);
+    }
+    _mm256_storeu_si256((__m256i *)y->qs, avx2_pack_i8(q));
+    return 1;
+}
+
+/* One Q8_K block as mvm_k_q8_K_block makes it (the vector conversion's rounding is lrintf's,
+ * nearest even); 0 when it holds a NaN or an infinity. The largest magnitude's first element
+ * sets the scale, as mvm_k_signed_max picks it. */
+AVX2_INLINE int avx2_q8_K_block(const float *x, mvm_block_q8_K *y)
+{
+    const float amax = avx2_amax(x, MVM_QK_K / 8);
+    if (amax < 0 || __builtin_isinf(amax))
+        return 0;
+    if (amax == 0) {
+        memset(y, 0, sizeof *y);
+        return 1;
+    }
+    float max = 0;
+    for (int i = 0; i < MVM_QK_K / 8; i++) {
+        const __m256 v = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_loadu_ps(x + 8 * i));
+        const int at = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+        if (at) {
+            max = x[8 * i + __builtin_ctz((unsigned)at)];
+            break;
+        }
+    }
+    const float iscale = -127.f / max;
+#pragma GCC unroll 8
+    for (int c = 0; c < MVM_QK_K / 32; c++) {
+        __m256i q[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            q[i] = _mm256_min_epi32(
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_set1_ps(iscale),
+                                                 _mm256_loadu_ps(x + 32 * c + 8 * i))),
+                _mm256_set1_epi32(127));
+        _mm256_storeu_si256((__m256i *)(y->qs + 32 * c), avx2_pack_i8(q));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+            y->bsums[2 * c + h] = (int16_t)_mm_cvtsi128_si32(t);
+        }
+    }
+    y->d = 1 / iscale;
+    return 1;
+}
+
+/* Defines `name`, dispatch.h's quantize_act (n floats into Q8_K blocks where k, else Q8_0) over
+ * a level's block quantizers q8_K and q8_0, each 0 where the block holds a NaN or an infinity:
+ * the scalar quantizer's block then. */
+#define AVX2_QUANTIZE_ACT(attr, name, q8_K, q8_0)                                                  \
+    attr __attribute__((unused)) static void name(int k, const float *x, void *act, size_t n)      \
+    {                                                                                              \
+        if (k) {                                                                                   \
+            mvm_block_q8_K *y = act;                                                               \
+            for (size_t b = 0; b < n / MVM_QK_K; b++)                                              \
+                if (!q8_K(x + b * MVM_QK_K, y + b))                                                \
+                    mvm_k_q8_K_block(x + b * MVM_QK_K, y + b);                                     \
+            return;                                                                                \
+        }                                                                                          \
+        mvm_block_q8_0 *y = act;                                                                   \
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++)                                                \
+            if (!q8_0(x + b * MVM_QBLOCK, y + b))                                                  \
+                mvm_k_q8_0_block(x + b * MVM_QBLOCK, y + b);                                       \
+    }
+AVX2_QUANTIZE_ACT(AVX2_TARGET, avx2_quantize_act, avx2_q8_K_block, avx2_q8_0_block)
+
 /* ---- K-quant super-blocks against Q8_K activations: avx2_kquant.h ---------------------- */
 #include "kernels/cpu/avx2_kquant.h"
 

@@ -149,22 +149,7 @@ AVX512_INLINE int q8_K_block16(const float *x, mvm_block_q8_K *y)
     return 1;
 }
 
-/* dispatch.h's quantize_act: n floats into Q8_K (k) or Q8_0 blocks; the scalar quantizer
- * for a block with a NaN or an infinity. */
-AVX512_TARGET __attribute__((unused)) static void quantize_act(int k, const float *x, void *act,
-                                                          size_t n)
-{
-    if (k) {
-        mvm_block_q8_K *y = act;
-        for (size_t b = 0; b < n / MVM_QK_K; b++)
-            if (!q8_K_block16(x + b * MVM_QK_K, y + b))
-                mvm_k_q8_K_block(x + b * MVM_QK_K, y + b);
-        return;
-    }
-    mvm_block_q8_0 *y = act;
-    for (size_t b = 0; b < n / MVM_QBLOCK; b++)
-        if (!q8_0_block16(x + b * MVM_QBLOCK, y + b))
-            mvm_k_q8_0_block(x + b * MVM_QBLOCK, y + b);
-}
+/* dispatch.h's quantize_act at the AVX-512 levels. */
+AVX2_QUANTIZE_ACT(AVX512_TARGET, quantize_act, q8_K_block16, q8_0_block16)
 
 #endif
