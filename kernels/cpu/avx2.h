@@ -160,6 +160,15 @@ AVX2_INLINE __m256i avx2_hsum8_i32(const __m256i v[8])
                             _mm256_permute2x128_si256(q[0], q[1], 0x31));
 }
 
+/* The exact integer sum of the 8 int32 lanes. */
+AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
 /* An 8 x 8 transpose of dwords in place: v[i] lane j becomes v[j] lane i (rows' words into
  * the lanes). */
 AVX2_INLINE void avx2_transpose8_i32(__m256i v[8])
@@ -681,11 +690,8 @@ AVX2_INLINE int avx2_q8_K_block(const float *x, mvm_block_q8_K *y)
         _mm256_storeu_si256((__m256i *)(y->qs + 32 * c), avx2_pack_i8(q));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
-            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-            y->bsums[2 * c + h] = (int16_t)_mm_cvtsi128_si32(t);
+            y->bsums[2 * c + h] =
+                (int16_t)avx2_hsum_i32(_mm256_add_epi32(q[2 * h], q[2 * h + 1]));
         }
     }
     y->d = 1 / iscale;

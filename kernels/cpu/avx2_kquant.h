@@ -13,15 +13,6 @@
 
 /* ---- K-quant super-blocks against Q8_K activations ------------------------------------ */
 
-/* The exact integer sum of the 8 int32 lanes. */
-AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* The K kernels below take each token's Q8_K block of the super-block in a[k] and leave
  * token k's float in r[k]. */
 

@@ -138,11 +138,7 @@ AVX2_INLINE __m256i q_unbias(enum mvm_wtype t, __m256i S, __m256i asum)
 /* Σ of an activation block's quants. */
 AVX2_INLINE int32_t qblock_asum(const mvm_block_q8_0 *a)
 {
-    const __m256i v = avx2_qsum_i32(_mm256_loadu_si256((const __m256i *)a->qs));
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
+    return avx2_hsum_i32(avx2_qsum_i32(_mm256_loadu_si256((const __m256i *)a->qs)));
 }
 
 /* Tokens' blocks' scales as floats and their quants' sums (types with a bias or a min), nb a

@@ -4,7 +4,8 @@
  * gate and up rows and the down slots of a host space's experts at every token count, decode's
  * one included; and over row-major rows (its gemm table, mvm_k_gemm: prefill's dense products,
  * 3 tokens and more), each 16 rows' super-block tiled on the way in by 8 x 8 transposes of
- * dwords, once for up to TILE_TOKENS tokens.
+ * dwords, once for up to TILE_TOKENS tokens. The gemm table also takes the 32-element Q types,
+ * gemm_q_avx2.c's kernel.
  *
  * A vector's 8 lanes are 8 rows: a tile of 16 rows is two halves, and a load of a tile word gives
  * the same 4 bytes of 8 rows. Its nibbles are split once for up to TILE_NT tokens, and each token
