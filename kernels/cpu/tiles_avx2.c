@@ -196,9 +196,12 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const thalf *H, co
                         const __m256i p =
                             _mm256_maddubs_epi16(q, tok4(a[i]->qs, 16 * c + 8 * hi + st));
                         acc[i] = st % run ? _mm256_add_epi16(acc[i], p) : p;
-                        if (st % run == run - 1)
+                        AVX2_KEEP(acc[i]);
+                        if (st % run == run - 1) {
                             tot[i] = _mm256_add_epi32(
                                 tot[i], _mm256_madd_epi16(acc[i], H->sc[2 * c + hi]));
+                            AVX2_KEEP(tot[i]);
+                        }
                     }
                 }
             }
@@ -219,9 +222,12 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const thalf *H, co
                                 _mm256_maddubs_epi16(q, tok4(a[i]->qs, 32 * h + m + 16 * hi));
                             /* two words a sum: pairs reach 2·63·127 */
                             acc[i] = st % 2 ? _mm256_add_epi16(acc[i], p) : p;
-                            if (st % 2)
+                            AVX2_KEEP(acc[i]);
+                            if (st % 2) {
                                 tot[i] = _mm256_add_epi32(
                                     tot[i], _mm256_madd_epi16(acc[i], H->sc[8 * h + m4 + 4 * hi]));
+                                AVX2_KEEP(tot[i]);
+                            }
                         }
                     }
     }
