@@ -9,14 +9,16 @@
  *
  * A vector's 8 lanes are 8 rows: a tile of 16 rows is two halves, and a load of a tile word gives
  * the same 4 bytes of 8 rows. Its nibbles are split once for up to TILE_NT tokens, and each token
- * then costs a vpbroadcastd of its 4 quants from its Q8_K block and one maddubs per 32 products,
- * whose int16 pairs are summed in int16 over a sub-block (Q4_K: 8 words of pairs at most
- * 2·15·127, so at most 30480; Q5_K's quants reach 31, so 4 words a sum, Q6_K's 63, so 2) before
- * one madd applies the 8 rows' scales. Row after row (avx2.h's dot product) each 32 products take
- * a maddubs, a madd and an add, and each row its scales' unpacking and horizontal sums. Against
- * it, one thread (docs/perf/cpu.md, session 136): a Q4_K matrix of 2048-element rows at 1, 4, 32
- * tokens 20, 22, 24 -> 28, 47, 62 GMAC/s; an OLMoE Q4_K_M expert at 8 and 64 tokens 19-23 ->
- * 34-39 and 17-21 -> 33-41.
+ * then costs a vpbroadcastd of its 4 quants from its Q8_K block (Q4_K: one for both halves) and
+ * one maddubs per 32 products, whose int16 pairs are summed in int16 over a sub-block (Q4_K: 8
+ * words of pairs at most 2·15·127, so at most 30480; Q5_K's quants reach 31, so 4 words a sum,
+ * Q6_K's 63, so 2) before one madd applies the 8 rows' scales. Row after row (avx2.h's dot
+ * product) each 32 products take a maddubs, a madd and an add, and each row its scales'
+ * unpacking and horizontal sums. Against it, one thread (docs/perf/cpu.md, session 136): a Q4_K
+ * matrix of 2048-element rows at 1, 4, 32 tokens 20, 22, 24 -> 28, 47, 62 GMAC/s; an OLMoE Q4_K_M
+ * expert at 8 and 64 tokens 19-23 -> 34-39 and 17-21 -> 33-41. Session 138 kept the sums'
+ * chains as written (AVX2_KEEP) and took Q4_K's halves together: 1024 x 2048 Q4_K tiles by 64
+ * tokens about 65 -> 90 GMAC/s.
  *
  * The results are bitwise avx2.h's dotn (dispatch.h's contract; test_kernels checks every count,
  * the experts' tiles and the level's gemm): the integer sums are exact in any order, and each
@@ -166,21 +168,23 @@ AVX2_INLINE __m256i q6_word(const uint8_t *tile, int x8, int h, int m, int hi)
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(Q, sh), three), 4));
 }
 
-/* NT tokens against one half of a tile: s[i] (8 rows' sums of token i) += each row's float of
- * the super-block. A sub-block at a time, so that a token holds two sums (its int16 and its
- * int32) and the 16 registers take TILE_NT tokens: each word is loaded once a sub-block, the
- * low and the high nibbles' separately. Q4_K: chunk c's 8 words (4 + 8c ..) hold sub-blocks 2c
+/* NT tokens against NX halves of a tile from half x8 (H: theirs; NX 2 for Q4_K only, the Q6_K
+ * loop takes 1): s[i][8 x8 ..] (the halves' rows' sums of token i) += each row's float of the
+ * super-block. A sub-block at a time, so that a token holds two sums a half (its int16 and its
+ * int32) and the 16 registers take TILE_NT tokens (with two halves, GCC keeps the int32 sums
+ * on the stack, a load and a store a sub-block): each word is loaded once a sub-block, the low
+ * and the high nibbles' separately. Q4_K: chunk c's 8 words (4 + 8c ..) hold sub-blocks 2c
  * (low nibbles, token quants 64c + 4st ..) and 2c + 1 (high, 64c + 32 + 4st ..). Q6_K, as
  * gemm_rows_avx512vnni.c's tile_quants: steps m = 4m4 .. 4m4 + 3 of half h (q6_word) hold sub-
  * blocks 8h + m4 (low nibbles, quants 128h + 4m ..) and 8h + 4 + m4 (high, 64 on). */
-AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const thalf *H, const uint8_t *tile,
-                              int x8, const mvm_block_q8_K *const a[], const int32_t pairs[][8],
-                              float (*s)[8])
+AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, const thalf *H,
+                              const uint8_t *tile, int x8, const mvm_block_q8_K *const a[],
+                              const int32_t pairs[][8], float (*s)[16])
 {
-    __m256i tot[TILE_NT], acc[TILE_NT];
+    __m256i tot[2][TILE_NT], acc[2][TILE_NT];
 #pragma GCC unroll 4
     for (int i = 0; i < NT; i++)
-        tot[i] = _mm256_setzero_si256();
+        tot[0][i] = tot[1][i] = _mm256_setzero_si256();
     if (t != MVM_W_Q6_K) {
         /* words a sum: pairs reach 2·15·127 (Q4_K), 2·31·127 (Q5_K) */
         const int q5 = t == MVM_W_Q5_K, run = q5 ? 4 : 8;
@@ -190,17 +194,23 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const thalf *H, co
             for (int hi = 0; hi < 2; hi++) {
 #pragma GCC unroll 8
                 for (int st = 0; st < 8; st++) {
-                    const __m256i q = q45_word(tile, x8, q5, c, st, hi);
+                    __m256i q[2];
+#pragma GCC unroll 2
+                    for (int x = 0; x < NX; x++)
+                        q[x] = q45_word(tile, x8 + x, q5, c, st, hi);
 #pragma GCC unroll 4
                     for (int i = 0; i < NT; i++) {
-                        const __m256i p =
-                            _mm256_maddubs_epi16(q, tok4(a[i]->qs, 16 * c + 8 * hi + st));
-                        acc[i] = st % run ? _mm256_add_epi16(acc[i], p) : p;
-                        AVX2_KEEP(acc[i]);
-                        if (st % run == run - 1) {
-                            tot[i] = _mm256_add_epi32(
-                                tot[i], _mm256_madd_epi16(acc[i], H->sc[2 * c + hi]));
-                            AVX2_KEEP(tot[i]);
+                        const __m256i b = tok4(a[i]->qs, 16 * c + 8 * hi + st);
+#pragma GCC unroll 2
+                        for (int x = 0; x < NX; x++) {
+                            const __m256i p = _mm256_maddubs_epi16(q[x], b);
+                            acc[x][i] = st % run ? _mm256_add_epi16(acc[x][i], p) : p;
+                            AVX2_KEEP(acc[x][i]);
+                            if (st % run == run - 1) {
+                                tot[x][i] = _mm256_add_epi32(
+                                    tot[x][i], _mm256_madd_epi16(acc[x][i], H[x].sc[2 * c + hi]));
+                                AVX2_KEEP(tot[x][i]);
+                            }
                         }
                     }
                 }
@@ -221,39 +231,48 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const thalf *H, co
                             const __m256i p =
                                 _mm256_maddubs_epi16(q, tok4(a[i]->qs, 32 * h + m + 16 * hi));
                             /* two words a sum: pairs reach 2·63·127 */
-                            acc[i] = st % 2 ? _mm256_add_epi16(acc[i], p) : p;
-                            AVX2_KEEP(acc[i]);
+                            acc[0][i] = st % 2 ? _mm256_add_epi16(acc[0][i], p) : p;
+                            AVX2_KEEP(acc[0][i]);
                             if (st % 2) {
-                                tot[i] = _mm256_add_epi32(
-                                    tot[i], _mm256_madd_epi16(acc[i], H->sc[8 * h + m4 + 4 * hi]));
-                                AVX2_KEEP(tot[i]);
+                                tot[0][i] = _mm256_add_epi32(
+                                    tot[0][i],
+                                    _mm256_madd_epi16(acc[0][i], H->sc[8 * h + m4 + 4 * hi]));
+                                AVX2_KEEP(tot[0][i]);
                             }
                         }
                     }
     }
     const int np = t == MVM_W_Q6_K ? 8 : 4;
 #pragma GCC unroll 4
-    for (int i = 0; i < NT; i++) {
-        __m256i ms = _mm256_setzero_si256();
-        for (int p = 0; p < np; p++)
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(H->mp[p], _mm256_set1_epi32(pairs[i][p])));
-        const __m256 ad = _mm256_set1_ps(a[i]->d);
-        __m256 f;
-        if (t == MVM_W_Q6_K) {
-            const __m256i sum = _mm256_sub_epi32(tot[i], _mm256_slli_epi32(ms, 5));
-            f = _mm256_mul_ps(ad, _mm256_mul_ps(H->d, _mm256_cvtepi32_ps(sum)));
-        } else {
-            const __m256 m = _mm256_mul_ps(H->dmin, _mm256_cvtepi32_ps(ms));
-            f = _mm256_mul_ps(ad, _mm256_fmsub_ps(H->d, _mm256_cvtepi32_ps(tot[i]), m));
+    for (int i = 0; i < NT; i++)
+#pragma GCC unroll 2
+        for (int x = 0; x < NX; x++) {
+            __m256i ms = _mm256_setzero_si256();
+            for (int p = 0; p < np; p++)
+                ms = _mm256_add_epi32(
+                    ms, _mm256_madd_epi16(H[x].mp[p], _mm256_set1_epi32(pairs[i][p])));
+            const __m256 ad = _mm256_set1_ps(a[i]->d);
+            __m256 f;
+            if (t == MVM_W_Q6_K) {
+                const __m256i sum = _mm256_sub_epi32(tot[x][i], _mm256_slli_epi32(ms, 5));
+                f = _mm256_mul_ps(ad, _mm256_mul_ps(H[x].d, _mm256_cvtepi32_ps(sum)));
+            } else {
+                const __m256 m = _mm256_mul_ps(H[x].dmin, _mm256_cvtepi32_ps(ms));
+                f = _mm256_mul_ps(ad, _mm256_fmsub_ps(H[x].d, _mm256_cvtepi32_ps(tot[x][i]), m));
+            }
+            float *r = s[i] + 8 * (x8 + x);
+            _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), f));
         }
-        _mm256_storeu_ps(s[i], _mm256_add_ps(_mm256_loadu_ps(s[i]), f));
-    }
 }
 
 /* All nt tokens against super-block k of a tile, TILE_NT at a time. */
 AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_t *act, size_t as,
                              size_t k, size_t nt, float (*s)[16])
 {
+    /* Q4_K's tile halves at once: each broadcast of a token's quants meets 16 rows, and the
+     * int32 sums that no longer fit the registers are kept on the stack (1.10-1.16x, one
+     * thread, in cache); Q5_K's and Q6_K's unpacking needs the registers (0.95-0.98x) */
+    const int NX = t == MVM_W_Q4_K ? 2 : 1;
     thalf H[2];
     thalf_scales(t, tile, 0, &H[0]);
     thalf_scales(t, tile, 1, &H[1]);
@@ -261,27 +280,19 @@ AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_
         const int NT = nt - i0 < TILE_NT ? (int)(nt - i0) : TILE_NT;
         const mvm_block_q8_K *a[TILE_NT] = {NULL};
         int32_t pairs[TILE_NT][8];
-        float lanes[2][TILE_NT][8];
 #pragma GCC unroll 4
         for (int i = 0; i < NT; i++) {
             a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i0 + (size_t)i) + k;
             tok_pairs(t, a[i], pairs[i]);
-            memcpy(lanes[0][i], s[i0 + i], sizeof lanes[0][i]);
-            memcpy(lanes[1][i], s[i0 + i] + 8, sizeof lanes[1][i]);
         }
-        for (int x8 = 0; x8 < 2; x8++) {
+        for (int x8 = 0; x8 < 2; x8 += NX) {
             /* the token count a constant, so that the token loops unroll */
             switch (NT) {
-            case 1: thalf_tokens(t, 1, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
-            case 2: thalf_tokens(t, 2, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
-            case 3: thalf_tokens(t, 3, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
-            default: thalf_tokens(t, TILE_NT, &H[x8], tile, x8, a, pairs, lanes[x8]); break;
+            case 1: thalf_tokens(t, 1, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
+            case 2: thalf_tokens(t, 2, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
+            case 3: thalf_tokens(t, 3, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
+            default: thalf_tokens(t, TILE_NT, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
             }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < NT; i++) {
-            memcpy(s[i0 + i], lanes[0][i], sizeof lanes[0][i]);
-            memcpy(s[i0 + i] + 8, lanes[1][i], sizeof lanes[1][i]);
         }
     }
 }
