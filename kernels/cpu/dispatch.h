@@ -362,6 +362,10 @@ extern const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT]; /* tiles_avx2.c */
 void mvm_k_gemm_q_avx2(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
                        const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y, size_t ys,
                        int add);
+int mvm_k_attn_block_avx2(const float *q, size_t q_stride, size_t n_tok, size_t n_q, size_t n_kv,
+                          const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
+                          size_t kv_stride, size_t head_dim, float scale, const float *sinks,
+                          float *scratch, float *out, float *lse); /* attn_avx2.c */
 extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */
