@@ -20,7 +20,9 @@
  * the tokens ran 1.25-1.4x dotn. The down loop's 8 outputs are transposed the same way (its
  * slots are single blocks); there this runs 5-10% below that first version's reduction
  * (bench-only: 2048 outputs by 8 to 32 tokens), which was kept out for one kernel instead of
- * two: the down products are a tenth of a prompt.
+ * two: the down products are a tenth of a prompt. Rows are taken 16 at a time, two sets of 8
+ * in the lanes, so that each broadcast of a token's 4 quants meets 16 rows (session 138, one
+ * thread, 1024 x 2048 by 32 tokens: Q8_0 50-52 -> 57 GMAC/s, Q4_0 50-63 -> 69-86).
  *
  * Bitwise: the blocks' sums are exact integers (at most 32·128·127), so summing them in
  * another order, or taking a biased type's bias·Σa off after the products instead of before,
@@ -101,29 +103,39 @@ AVX2_INLINE int q_run(enum mvm_wtype t)
     return q_signed(t) ? 1 : t == MVM_W_Q5_0 || t == MVM_W_Q5_1 ? 4 : 8;
 }
 
-/* S[k]: the 8 rows' exact sums of block j's products with token k's block at a + k·as (k <
- * NT), a bias's products included (q_unbias takes them off). */
-AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const qlanes *Q, int j,
-                             const uint8_t *a, size_t as, __m256i S[QL_NT])
+/* S[x][k]: the exact sums, Q[x]'s 8 rows in the lanes (x < NX), of block j's products with
+ * token k's block at a + k·as (k < NT), a bias's products included (q_unbias takes them off).
+ * With two sets of rows, each broadcast of a token's quants meets 16 rows. */
+AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const int NX, const qlanes *Q, int j,
+                             const uint8_t *a, size_t as, __m256i S[][QL_NT])
 {
     const int run = q_run(t);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p16[QL_NT];
+    __m256i p16[2][QL_NT];
 #pragma GCC unroll 4
     for (int k = 0; k < NT; k++)
-        S[k] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int x = 0; x < NX; x++)
+            S[x][k] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
-        const __m256i u = Q->u[j][i], sg = Q->s[j][i];
 #pragma GCC unroll 4
         for (int k = 0; k < NT; k++) {
             int32_t a4;
             memcpy(&a4, AVX2_TOK(mvm_block_q8_0, a, as, k)->qs + 4 * i, sizeof a4);
             const __m256i qa = _mm256_set1_epi32(a4);
-            const __m256i p = _mm256_maddubs_epi16(u, q_signed(t) ? _mm256_sign_epi8(qa, sg) : qa);
-            p16[k] = i % run ? _mm256_add_epi16(p16[k], p) : p;
-            if (i % run == run - 1)
-                S[k] = _mm256_add_epi32(S[k], _mm256_madd_epi16(p16[k], ones));
+#pragma GCC unroll 2
+            for (int x = 0; x < NX; x++) {
+                const __m256i u = Q[x].u[j][i], sg = Q[x].s[j][i];
+                const __m256i p =
+                    _mm256_maddubs_epi16(u, q_signed(t) ? _mm256_sign_epi8(qa, sg) : qa);
+                p16[x][k] = i % run ? _mm256_add_epi16(p16[x][k], p) : p;
+                AVX2_KEEP(p16[x][k]);
+                if (i % run == run - 1) {
+                    S[x][k] = _mm256_add_epi32(S[x][k], _mm256_madd_epi16(p16[x][k], ones));
+                    AVX2_KEEP(S[x][k]);
+                }
+            }
         }
     }
 }
@@ -161,78 +173,90 @@ AVX2_INLINE void qtoks_fill(enum mvm_wtype t, const uint8_t *act, size_t as, siz
     }
 }
 
-/* NT tokens' (at act, their scales and sums at A) products with blocks b .. b + 7 of Q, into
- * F[k][j], their sums of blocks j mod 8, rows in the lanes. */
-AVX2_INLINE void qlanes_tokens(enum mvm_wtype t, const int NT, const qlanes *Q, size_t b,
-                               const uint8_t *act, size_t as, qtoks A, size_t nb, __m256 (*F)[8])
+/* NT tokens' (at act, their scales and sums at A) products with blocks b .. b + 7 of Q[x] (x <
+ * NX), into F[x][k][j], their sums of blocks j mod 8, rows in the lanes. */
+AVX2_INLINE void qlanes_tokens(enum mvm_wtype t, const int NT, const int NX, const qlanes *Q,
+                               size_t b, const uint8_t *act, size_t as, qtoks A, size_t nb,
+                               __m256 (*F[2])[8])
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     for (int j = 0; j < 8; j++) {
-        __m256i S[QL_NT];
-        qlanes_sums(t, NT, Q, j, act + (b + j) * sizeof(mvm_block_q8_0), as, S);
+        __m256i S[2][QL_NT];
+        qlanes_sums(t, NT, NX, Q, j, act + (b + j) * sizeof(mvm_block_q8_0), as, S);
 #pragma GCC unroll 4
         for (int k = 0; k < NT; k++) {
             const size_t at = k * nb + b + j;
             const __m256 da = _mm256_broadcast_ss(A.da + at);
             const __m256i asum = _mm256_set1_epi32(A.asum[at]);
-            F[k][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_unbias(t, S[k], asum)),
-                                      _mm256_mul_ps(Q->ws[j], da), F[k][j]);
-            if (L.m)
-                F[k][j] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(asum), _mm256_mul_ps(Q->wm[j], da), F[k][j]);
+#pragma GCC unroll 2
+            for (int x = 0; x < NX; x++) {
+                __m256 *f = &F[x][k][j];
+                *f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_unbias(t, S[x][k], asum)),
+                                     _mm256_mul_ps(Q[x].ws[j], da), *f);
+                if (L.m)
+                    *f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(asum), _mm256_mul_ps(Q[x].wm[j], da),
+                                         *f);
+            }
         }
     }
 }
 
-/* The 8 rows at w (nr of them real: the others repeat the last, computed, never stored)
- * against nt <= QR_TOKENS tokens: y as avx2_dotn_q leaves it. */
+/* The 16 rows at w (nr of them real: the others repeat the last, computed, never stored), as
+ * two sets of 8 in the lanes, against nt <= QR_TOKENS tokens: y as avx2_dotn_q leaves it. */
 AVX2_INLINE void q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, int nr, const uint8_t *act,
                         size_t as, size_t nt, size_t nb, qtoks A, float *y, size_t ys)
 {
     const size_t bytes = mvm_k_block_bytes(t);
-    const uint8_t *r[8];
-    for (int i = 0; i < 8; i++)
+    const uint8_t *r[16];
+    for (int i = 0; i < 16; i++)
         r[i] = w + (size_t)(i < nr ? i : nr - 1) * rb;
-    __m256 F[QR_TOKENS][8];
-    for (size_t k = 0; k < nt; k++)
-        for (int j = 0; j < 8; j++)
-            F[k][j] = _mm256_setzero_ps();
+    __m256 F[2][QR_TOKENS][8];
+    for (int x = 0; x < 2; x++)
+        for (size_t k = 0; k < nt; k++)
+            for (int j = 0; j < 8; j++)
+                F[x][k][j] = _mm256_setzero_ps();
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        qlanes Q;
-        for (int i = 0; i < 8; i++)
+        qlanes Q[2];
+        for (int i = 0; i < 16; i++)
             avx2_prefetch_rows(r[i] + b * bytes, 8 * bytes);
-        qlanes_fill(t, r, b * bytes, 8, &Q);
+        qlanes_fill(t, r, b * bytes, 8, &Q[0]);
+        qlanes_fill(t, r + 8, b * bytes, 8, &Q[1]);
         size_t k = 0;
         for (; k + QL_NT <= nt; k += QL_NT)
-            qlanes_tokens(t, QL_NT, &Q, b, act + k * as, as,
-                          (qtoks){A.da + k * nb, A.asum + k * nb}, nb, F + k);
+            qlanes_tokens(t, QL_NT, 2, Q, b, act + k * as, as,
+                          (qtoks){A.da + k * nb, A.asum + k * nb}, nb,
+                          (__m256(*[2])[8]){F[0] + k, F[1] + k});
         for (; k < nt; k++)
-            qlanes_tokens(t, 1, &Q, b, act + k * as, as, (qtoks){A.da + k * nb, A.asum + k * nb},
-                          nb, F + k);
+            qlanes_tokens(t, 1, 2, Q, b, act + k * as, as, (qtoks){A.da + k * nb, A.asum + k * nb},
+                          nb, (__m256(*[2])[8]){F[0] + k, F[1] + k});
     }
-    for (size_t k = 0; k < nt; k++) {
-        __m256 *v = F[k];
-        float out[8];
-        if (b == nb) { /* avx2_hsum's order, lane by lane */
-            _mm256_storeu_ps(
-                out,
-                _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6])),
-                              _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7]))));
-        } else { /* each row's 8 sums into its own lanes, then its tail as avx2_dotn_q's */
-            __m256i x[8];
-            for (int j = 0; j < 8; j++)
-                x[j] = _mm256_castps_si256(v[j]);
-            avx2_transpose8_i32(x);
-            const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k);
-            for (int i = 0; i < nr; i++) {
-                __m256 s = _mm256_castsi256_ps(x[i]);
-                for (size_t c = b; c < nb; c++)
-                    s = avx2_qblock(t, r[i] + c * bytes, a + c, s);
-                out[i] = avx2_hsum(s);
+    for (int x = 0; x < 2 && 8 * x < nr; x++) {
+        const int nx = nr - 8 * x < 8 ? nr - 8 * x : 8;
+        for (size_t k = 0; k < nt; k++) {
+            __m256 *v = F[x][k];
+            float out[8];
+            if (b == nb) { /* avx2_hsum's order, lane by lane */
+                const __m256 s02 =
+                    _mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6]));
+                const __m256 s13 =
+                    _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7]));
+                _mm256_storeu_ps(out, _mm256_add_ps(s02, s13));
+            } else { /* each row's 8 sums into its own lanes, then its tail as avx2_dotn_q's */
+                __m256i xs[8];
+                for (int j = 0; j < 8; j++)
+                    xs[j] = _mm256_castps_si256(v[j]);
+                avx2_transpose8_i32(xs);
+                const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k);
+                for (int i = 0; i < nx; i++) {
+                    __m256 s = _mm256_castsi256_ps(xs[i]);
+                    for (size_t c = b; c < nb; c++)
+                        s = avx2_qblock(t, r[8 * x + i] + c * bytes, a + c, s);
+                    out[i] = avx2_hsum(s);
+                }
             }
+            memcpy(y + k * ys + 8 * x, out, (size_t)nx * sizeof *out);
         }
-        memcpy(y + k * ys, out, (size_t)nr * sizeof *out);
     }
 }
 
@@ -261,16 +285,19 @@ AVX2_INLINE void q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_
         avx2_prefetch(r[0], 8 * rb);
         qlanes_fill(t, r, 0, 1, &Q);
         for (size_t k0 = 0; k0 < nt; k0 += QL_NT) {
-            __m256i S[QL_NT];
+            __m256i S[1][QL_NT];
             const int n = nt - k0 < QL_NT ? (int)(nt - k0) : QL_NT;
             if (n == QL_NT)
-                qlanes_sums(t, QL_NT, &Q, 0, act + k0 * as, as, S);
+                qlanes_sums(t, QL_NT, 1, &Q, 0, act + k0 * as, as, S);
             else
-                for (int k = 0; k < n; k++)
-                    qlanes_sums(t, 1, &Q, 0, act + (k0 + k) * as, as, S + k);
+                for (int k = 0; k < n; k++) {
+                    __m256i one[1][QL_NT];
+                    qlanes_sums(t, 1, 1, &Q, 0, act + (k0 + k) * as, as, one);
+                    S[0][k] = one[0][0];
+                }
             for (int k = 0; k < n; k++) {
                 float *o = y + (k0 + k) * ys + j;
-                __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_unbias(t, S[k], asum[k0 + k])),
+                __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_unbias(t, S[0][k], asum[k0 + k])),
                                            _mm256_mul_ps(Q.ws[0], da[k0 + k]), _mm256_loadu_ps(o));
                 if (L.m)
                     s = _mm256_fmadd_ps(Q.wm[0], min_scale[k0 + k], s);
@@ -291,8 +318,8 @@ AVX2_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
     qtoks A = {malloc(n_tok * nb * sizeof *A.da), malloc(n_tok * nb * sizeof *A.asum)};
     if (A.da && A.asum) {
         qtoks_fill(t, act, as, n_tok, nb, A);
-        for (size_t r0 = 0; r0 < n_rows; r0 += 8) {
-            const int nr = n_rows - r0 < 8 ? (int)(n_rows - r0) : 8;
+        for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
+            const int nr = n_rows - r0 < 16 ? (int)(n_rows - r0) : 16;
             for (size_t t0 = 0; t0 < n_tok; t0 += QR_TOKENS)
                 q_rows(t, w + r0 * rb, rb, nr, act + t0 * as, as,
                        n_tok - t0 < QR_TOKENS ? n_tok - t0 : QR_TOKENS, nb,
