@@ -162,10 +162,13 @@ AVX2_INLINE __m256i q45_word(const uint8_t *tile, int x8, int q5, int c, int st,
 AVX2_INLINE __m256i q6_word(const uint8_t *tile, int x8, int h, int m, int hi)
 {
     const __m256i L = tile_word(tile, x8, 16 * h + m), Q = tile_word(tile, x8, 32 + 8 * h + m % 8);
-    const __m256i nib = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    const __m256i nib = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+    /* bits sh, sh + 1 of each byte to bits 4, 5 by one 16-bit shift (sh a constant where the
+     * loops unroll): what crosses from the int16's other byte lands outside them */
     const int sh = 2 * (m / 8) + 4 * hi;
+    const __m256i q2 = sh <= 4 ? _mm256_slli_epi16(Q, 4 - sh) : _mm256_srli_epi16(Q, sh - 4);
     return _mm256_or_si256(_mm256_and_si256(hi ? _mm256_srli_epi16(L, 4) : L, nib),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(Q, sh), three), 4));
+                           _mm256_and_si256(q2, top));
 }
 
 /* NT tokens against NX halves of a tile from half x8 (H: theirs; NX 2 for Q4_K only, the Q6_K
