@@ -121,62 +121,58 @@ AVX2_INLINE void add_values(const float *wt, size_t nr, const float *tile, size_
     }
 }
 
-/* mvm_k_attn_block over n_kv KV heads whose rows fit a tile (n_kv * hd <= ROW_MAX); query
- * qi = i * nh + h (token i, head h of nh = n_kv * n_q) at q + i * q_stride + h * hd (out
- * alike), its scores at scratch + qi * rows, its lse at lse[i * lse_stride + h]. */
+/* The call's queries over the cache's tiles in order: qi = i * nh + h (token i, head h of nh =
+ * n_kv * n_q) at q + i * q_stride + h * hd, its scores at scratch + qi * rows. The keys (src k,
+ * values 0) into the scores, scaled; or the values (src v, values 1) weighted by the scores
+ * (the softmax's weights by then) into out (alike q). */
+AVX2_INLINE void tiles_pass(int values, const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                            size_t n_kv, const uint32_t *n_pos, size_t rows, enum mvm_wtype kv,
+                            const uint8_t *src, size_t stride, size_t hd, float scale,
+                            float *scratch, float *out, float *tile)
+{
+    const size_t nh = n_kv * n_q, w = n_kv * hd;
+    for (size_t p0 = 0; p0 < rows; p0 += TILE) {
+        const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
+        convert_tile(kv, src, stride, p0, nr, w, tile);
+        for (size_t i = 0; i < n_tok; i++) {
+            if (n_pos[i] <= p0)
+                continue;
+            const size_t n = n_pos[i] - p0 < nr ? n_pos[i] - p0 : nr;
+            for (size_t h = 0; h < nh; h++) {
+                float *sc = scratch + (i * nh + h) * rows + p0;
+                const float *rows_h = tile + h / n_q * hd;
+                if (values) {
+                    add_values(sc, n, rows_h, w, hd, out + i * q_stride + h * hd);
+                    continue;
+                }
+                const __m256 s = _mm256_mul_ps(scores8(rows_h, w, q + i * q_stride + h * hd, hd),
+                                               _mm256_set1_ps(scale));
+                float lanes[TILE];
+                _mm256_storeu_ps(lanes, s);
+                memcpy(sc, lanes, n * sizeof *sc);
+            }
+        }
+    }
+}
+
+/* mvm_k_attn_block over n_kv KV heads whose rows fit a tile (n_kv * hd <= ROW_MAX), query
+ * i * nh + h's lse at lse[i * lse_stride + h]. */
 AVX2_TARGET static void attn_tiles(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                                    size_t n_kv, const uint32_t *n_pos, enum mvm_wtype kv,
                                    const uint8_t *k, const uint8_t *v, size_t stride, size_t hd,
                                    float scale, const float *sinks, float *scratch, float *out,
                                    float *lse, size_t lse_stride)
 {
-    const size_t nh = n_kv * n_q, w = n_kv * hd;
     _Alignas(32) float tile[TILE * ROW_MAX];
     size_t rows = 0; /* the longest query's */
     for (size_t i = 0; i < n_tok; i++)
         rows = n_pos[i] > rows ? n_pos[i] : rows;
-    for (size_t p0 = 0; p0 < rows; p0 += TILE) {
-        const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        convert_tile(kv, k, stride, p0, nr, w, tile);
-        for (size_t i = 0; i < n_tok; i++) {
-            if (n_pos[i] <= p0)
-                continue;
-            const size_t n = n_pos[i] - p0 < nr ? n_pos[i] - p0 : nr;
-            for (size_t h = 0; h < nh; h++) {
-                const __m256 s =
-                    _mm256_mul_ps(scores8(tile + h / n_q * hd, w, q + i * q_stride + h * hd, hd),
-                                  _mm256_set1_ps(scale));
-                float *to = scratch + (i * nh + h) * rows + p0;
-                if (n == TILE) {
-                    _mm256_storeu_ps(to, s);
-                } else {
-                    float lanes[TILE];
-                    _mm256_storeu_ps(lanes, s);
-                    memcpy(to, lanes, n * sizeof *to);
-                }
-            }
-        }
-    }
-    for (size_t i = 0; i < n_tok; i++)
-        for (size_t h = 0; h < nh; h++) {
-            const float l = mvm_k_softmax_sink(scratch + (i * nh + h) * rows, n_pos[i],
-                                               sinks ? sinks[h] : -INFINITY);
-            if (lse)
-                lse[i * lse_stride + h] = l;
-            memset(out + i * q_stride + h * hd, 0, hd * sizeof *out);
-        }
-    for (size_t p0 = 0; p0 < rows; p0 += TILE) {
-        const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        convert_tile(kv, v, stride, p0, nr, w, tile);
-        for (size_t i = 0; i < n_tok; i++) {
-            if (n_pos[i] <= p0)
-                continue;
-            const size_t n = n_pos[i] - p0 < nr ? n_pos[i] - p0 : nr;
-            for (size_t h = 0; h < nh; h++)
-                add_values(scratch + (i * nh + h) * rows + p0, n, tile + h / n_q * hd, w, hd,
-                           out + i * q_stride + h * hd);
-        }
-    }
+    tiles_pass(0, q, q_stride, n_tok, n_q, n_kv, n_pos, rows, kv, k, stride, hd, scale, scratch,
+               out, tile);
+    mvm_k_attn_weights(scratch, rows, n_tok, n_kv * n_q, n_pos, sinks, lse, lse_stride, out,
+                       q_stride, hd);
+    tiles_pass(1, q, q_stride, n_tok, n_q, n_kv, n_pos, rows, kv, v, stride, hd, scale, scratch,
+               out, tile);
 }
 
 AVX2_TARGET int mvm_k_attn_block_avx2(const float *q, size_t q_stride, size_t n_tok, size_t n_q,

@@ -193,6 +193,15 @@ typedef int (*mvm_k_attn_fn)(const float *q, size_t q_stride, size_t n_tok, size
                              const void *v, size_t kv_stride, size_t head_dim, float scale,
                              const float *sinks, float *scratch, float *out, float *lse);
 
+/* Between a block's scores and its values (ops.c; its attention and the levels' that share
+ * its arithmetic): each query's scores (token i's head h of nh at scratch + (i * nh + h) *
+ * rows, its first n_pos[i]) turned into the softmax's weights with its sink (sinks[h], NULL:
+ * none), its log-normaliser at lse[i * lse_stride + h] (lse NULL: not wanted), its output
+ * (out + i * q_stride + h * head_dim) zeroed. */
+void mvm_k_attn_weights(float *scratch, size_t rows, size_t n_tok, size_t nh,
+                        const uint32_t *n_pos, const float *sinks, float *lse, size_t lse_stride,
+                        float *out, size_t q_stride, size_t head_dim);
+
 /* n elements (whole blocks) of a KV cache row of BF16 or a 32-element Q type t (those
  * engine/forward/kv_cache.h takes besides F32 and F16) as floats into dst, each value
  * mvm_k_dequantize's bit for bit: ops.c's attention converts a row so, once for the queries

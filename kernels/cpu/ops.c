@@ -206,6 +206,20 @@ static const void *readable(enum mvm_wtype kv, const void *part, float *buf, siz
     return buf;
 }
 
+void mvm_k_attn_weights(float *scratch, size_t rows, size_t n_tok, size_t nh,
+                        const uint32_t *n_pos, const float *sinks, float *lse, size_t lse_stride,
+                        float *out, size_t q_stride, size_t head_dim)
+{
+    for (size_t i = 0; i < n_tok; i++)
+        for (size_t h = 0; h < nh; h++) {
+            const float l = mvm_k_softmax_sink(scratch + (i * nh + h) * rows, n_pos[i],
+                                               sinks ? sinks[h] : -INFINITY);
+            if (lse)
+                lse[i * lse_stride + h] = l;
+            memset(out + i * q_stride + h * head_dim, 0, head_dim * sizeof *out);
+        }
+}
+
 void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q, size_t n_kv,
                       const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
                       size_t kv_stride, size_t head_dim, float scale, const float *sinks,
@@ -238,15 +252,7 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                     scratch[(i * nh + h) * rows + p] =
                         dot(kg, q + i * q_stride + h * head_dim, head_dim) * scale;
         }
-    for (size_t i = 0; i < n_tok; i++)
-        for (size_t h = 0; h < nh; h++) {
-            const float l = mvm_k_softmax_sink(scratch + (i * nh + h) * rows, n_pos[i],
-                                               sinks ? sinks[h] : -INFINITY);
-            if (lse)
-                lse[i * nh + h] = l;
-            for (size_t d = 0; d < head_dim; d++)
-                out[i * q_stride + h * head_dim + d] = 0;
-        }
+    mvm_k_attn_weights(scratch, rows, n_tok, nh, n_pos, sinks, lse, nh, out, q_stride, head_dim);
     for (size_t p = 0; p < rows; p++)
         for (size_t g = 0; g < n_kv; g++) {
             const void *vg = readable(kv, (const uint8_t *)v + p * stride + g * hb, head, head_dim);
