@@ -181,11 +181,8 @@ AVX2_TARGET int mvm_k_attn_block_avx2(const float *q, size_t q_stride, size_t n_
                                       size_t head_dim, float scale, const float *sinks,
                                       float *scratch, float *out, float *lse)
 {
-    /* the types engine/forward/kv_cache.h takes (avx2.h's kv_row: BF16 and the blocks) */
-    const int readable = kv == MVM_W_F32 || kv == MVM_W_F16 || kv == MVM_W_BF16 ||
-                         kv == MVM_W_Q8_0 || kv == MVM_W_Q4_0 || kv == MVM_W_Q4_1 ||
-                         kv == MVM_W_Q5_0 || kv == MVM_W_Q5_1 || kv == MVM_W_IQ4_NL;
-    if (n_tok * n_q == 1 || head_dim % 8 || head_dim > ROW_MAX || !readable)
+    /* every cache type ops.c's path reads, converted as it converts them (kv_row) */
+    if (n_tok * n_q == 1 || head_dim % 8 || head_dim > ROW_MAX)
         return 0;
     const size_t stride = mvm_k_row_bytes(kv, kv_stride), hb = mvm_k_row_bytes(kv, head_dim);
     /* KV heads a tile's rows hold: wider calls in parts, each head's arithmetic the same */

@@ -187,7 +187,9 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, cons
     __m256i tot[2][TILE_NT], acc[2][TILE_NT];
 #pragma GCC unroll 4
     for (int i = 0; i < NT; i++)
-        tot[0][i] = tot[1][i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int x = 0; x < NX; x++)
+            tot[x][i] = _mm256_setzero_si256();
     if (t != MVM_W_Q6_K) {
         /* words a sum: pairs reach 2·15·127 (Q4_K), 2·31·127 (Q5_K) */
         const int q5 = t == MVM_W_Q5_K, run = q5 ? 4 : 8;
@@ -273,8 +275,9 @@ AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_
                              size_t k, size_t nt, float (*s)[16])
 {
     /* Q4_K's tile halves at once: each broadcast of a token's quants meets 16 rows, and the
-     * int32 sums that no longer fit the registers are kept on the stack (1.10-1.16x, one
-     * thread, in cache); Q5_K's and Q6_K's unpacking needs the registers (0.95-0.98x) */
+     * int32 sums that no longer fit the registers are kept on the stack (1.12-1.16x, one
+     * thread, in cache); Q5_K's and Q6_K's unpacking needs the registers (together 0.95-0.98x
+     * and 0.56-0.89x; docs/perf/cpu.md, session 138) */
     const int NX = t == MVM_W_Q4_K ? 2 : 1;
     thalf H[2];
     thalf_scales(t, tile, 0, &H[0]);
