@@ -885,6 +885,58 @@ static void test_reload_overtakes_cancelled_prefetch(void)
     unsetenv("MOEVM_COPY_PIECE");
 }
 
+struct side_load {
+    mvm_space *sp;
+    uint32_t e;
+    mvm_status st;
+    atomic_int done;
+};
+
+static void *side_load_run(void *p)
+{
+    struct side_load *c = p;
+    c->st = mvm_make_resident(c->sp, 0, c->e, MVM_ALL_PAGES);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* An expert evicted while its copy is on the bus: mvm_evict returns at once, its chunks back
+ * only when that copy lands. A load that needs them (a budget with room for one expert)
+ * waits for the landing and succeeds, where it used to fail 'device budget full' (seen in
+ * forward_gpu_home_map_off: a context's load refused right after its caller's eviction); a
+ * prefetch does not wait, it is refused for want of room. */
+static void test_load_waits_for_cancelled_copy(void)
+{
+    enum { P = 2 };
+    mvm_space *sp = make_space(1, 2, P * PAGE, P);
+    fill(sp, 1, 2, P * PAGE);
+    mvm_move *old;
+    fake_hold_copies(1);
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &old), MVM_OK);
+    CHECK(fake_wait_copy_held(10000)); /* its copy on the bus, held there */
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+    CHECK(stats_of(sp).free_pages == 0);
+    CHECK_ST(mvm_prefetch(sp, 0, 1, MVM_ALL_PAGES, NULL), MVM_ERR_NOSPACE);
+    struct side_load c = {.sp = sp, .e = 1, .st = MVM_ERR_INVALID};
+    pthread_t t;
+    bool started = pthread_create(&t, NULL, side_load_run, &c) == 0;
+    CHECK(started);
+    usleep(100000);
+    CHECK(!atomic_load(&c.done)); /* the chunks it needs are still the held copy's */
+    fake_hold_copies(0);
+    if (started)
+        pthread_join(t, NULL);
+    CHECK_ST(c.st, MVM_OK);
+    CHECK(reads_match(sp, 0, 1, P * PAGE));
+    CHECK_ST(mvm_move_wait(old, -1), MVM_ERR_CANCELLED);
+    CHECK_ST(mvm_move_release(old), MVM_OK);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0 && stats_of(sp).free_pages == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+}
+
 /* make_space with every expert's weights at home, and its info. */
 static mvm_space *filled_space(uint32_t layers, uint32_t experts, uint64_t bytes,
                                uint32_t budget_pages, mvm_space_info *info)
@@ -2100,6 +2152,7 @@ int main(int argc, char **argv)
         RUN(test_wait_view);
         RUN(test_fill);
         RUN(test_reload_overtakes_cancelled_prefetch);
+        RUN(test_load_waits_for_cancelled_copy);
         RUN(test_reload_while_mapped_load_cancelled);
         RUN(test_unpin_lands_deferred_load);
         RUN(test_unpin_after_stream);

@@ -55,6 +55,8 @@ void mvm_run_release(mvm_space *sp, struct job *j, uint32_t r)
     if (run->done)
         return;
     unmap_ahead(sp, j, r);
+    if (run->freeing)
+        sp->n_freeing -= sp->slabs[run->slab].n;
     mvm_slab_release(sp, run->slab);
     run->done = true;
 }
@@ -174,7 +176,7 @@ static mvm_status remap_job(mvm_space *sp, struct job *j)
     mvm_status result = MVM_OK;
     for (uint32_t r = 0; r < j->n_runs; r++) {
         struct job_run *run = &j->runs[r];
-        if (run->done)
+        if (run->done && !run->freeing) /* (a freeing run was released when it landed) */
             continue;
         if (!run_owned(sp, j, r)) {
             mvm_run_release(sp, j, r);
@@ -218,8 +220,14 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
     if (j->started) {
         /* Its copy may be running (into the pool's own view): the slab is freed when the
          * job lands. Its mapping at the pages' address goes now, or a new load of them,
-         * mapping there ahead of its own copy, would find it (and fail) until then. */
+         * mapping there ahead of its own copy, would find it (and fail) until then. An
+         * on-demand request that needs these chunks waits for them (request.c): the
+         * eviction has returned, and its caller counts them free. */
         unmap_ahead(sp, j, r);
+        if (!j->runs[r].freeing && !j->runs[r].done) {
+            j->runs[r].freeing = true;
+            sp->n_freeing += sp->slabs[j->runs[r].slab].n;
+        }
         return;
     }
     mvm_run_release(sp, j, r);
@@ -269,6 +277,9 @@ static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
 {
     j->copy_st = copy_st;
     j->landed = true;
+    for (uint32_t r = 0; r < j->n_runs; r++)
+        if (j->runs[r].freeing) /* nothing writes or reads them any more: free now, */
+            mvm_run_release(sp, j, r); /* not after the pin the job may wait on below */
     if (sp->pins[j->expert] && (copy_st == MVM_OK || j->ordered)) {
         mvm_job_list_push(&sp->deferred, j);
         mvm_signal_moved(sp);

@@ -146,6 +146,14 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
     }
     struct survey s;
     survey_prefix(sp, idx, n, &s);
+    /* An eviction of pages whose copy was on the bus returned at once, their chunks back
+     * when the copy lands (migrate.c, mvm_cancel_page): a load that needs them waits for
+     * that copy, not fails for a budget its caller has just made room in. A prefetch does
+     * not wait: it is dropped for want of room, as ever. */
+    while (prio == PRIO_DEMAND && s.home > sp->n_free && s.home <= sp->n_free + sp->n_freeing) {
+        pthread_cond_wait(&sp->moved, &sp->mu);
+        survey_prefix(sp, idx, n, &s);
+    }
     if (sync && sp->pins[idx] && s.resident < n)
         st = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned: its pages cannot move until "
                       "it is unpinned (use mvm_make_resident_async)", l, e);

@@ -42,6 +42,8 @@ struct page {
 struct job_run {
     uint32_t at, n, slab;
     bool done; /* its slab is no longer the job's: landed (the pages own it) or freed */
+    bool freeing; /* cancelled while its copy ran: the slab is freed when the job lands
+                     (counted in the space's n_freeing until then) */
 };
 
 struct job {
@@ -175,6 +177,7 @@ struct mvm_space {
 
     mvm_stats stats; /* counters; gauges are filled in by mvm_space_get_stats */
     uint32_t n_resident, n_loading, n_pinned, in_flight;
+    uint32_t n_freeing; /* chunks of runs evicted while their copy ran, back when it lands */
     struct space_shared *shared;
 };
 
