@@ -179,10 +179,11 @@ AVX2_INLINE __m256i q6_word(const uint8_t *tile, int x8, int h, int m, int hi)
  * and the high nibbles' separately. Q4_K: chunk c's 8 words (4 + 8c ..) hold sub-blocks 2c
  * (low nibbles, token quants 64c + 4st ..) and 2c + 1 (high, 64c + 32 + 4st ..). Q6_K, as
  * gemm_rows_avx512vnni.c's tile_quants: steps m = 4m4 .. 4m4 + 3 of half h (q6_word) hold sub-
- * blocks 8h + m4 (low nibbles, quants 128h + 4m ..) and 8h + 4 + m4 (high, 64 on). */
+ * blocks 8h + m4 (low nibbles, quants 128h + 4m ..) and 8h + 4 + m4 (high, 64 on). U: the
+ * halves' quants already unpacked (tile_unpack's u[x8]), or NULL: from the tile. */
 AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, const thalf *H,
                               const uint8_t *tile, int x8, const mvm_block_q8_K *const a[],
-                              const int32_t pairs[][8], float (*s)[16])
+                              const int32_t pairs[][8], float (*s)[16], const __m256i *U)
 {
     __m256i tot[2][TILE_NT], acc[2][TILE_NT];
 #pragma GCC unroll 4
@@ -202,7 +203,8 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, cons
                     __m256i q[2];
 #pragma GCC unroll 2
                     for (int x = 0; x < NX; x++)
-                        q[x] = q45_word(tile, x8 + x, q5, c, st, hi);
+                        q[x] = U ? _mm256_load_si256(U + 64 * x + 16 * c + 8 * hi + st)
+                                 : q45_word(tile, x8 + x, q5, c, st, hi);
 #pragma GCC unroll 4
                     for (int i = 0; i < NT; i++) {
                         const __m256i b = tok4(a[i]->qs, 16 * c + 8 * hi + st);
@@ -230,7 +232,8 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, cons
 #pragma GCC unroll 4
                     for (int st = 0; st < 4; st++) {
                         const int m = 4 * m4 + st;
-                        const __m256i q = q6_word(tile, x8, h, m, hi);
+                        const __m256i q = U ? _mm256_load_si256(U + 32 * h + 16 * hi + m)
+                                            : q6_word(tile, x8, h, m, hi);
 #pragma GCC unroll 4
                         for (int i = 0; i < NT; i++) {
                             const __m256i p =
@@ -270,6 +273,29 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, cons
         }
 }
 
+/* A Q5_K or Q6_K tile's quants as bytes, in the order thalf_tokens takes them (U: a half's 64
+ * words): Q5_K's step st of chunk c at 16c + 8hi + st, Q6_K's step m of 8h .. at 32h + 16hi
+ * + m. */
+AVX2_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, __m256i u[2][64])
+{
+    for (int x8 = 0; x8 < 2; x8++)
+        if (t == MVM_W_Q5_K) {
+            for (int c = 0; c < 4; c++)
+#pragma GCC unroll 2
+                for (int hi = 0; hi < 2; hi++)
+#pragma GCC unroll 8
+                    for (int st = 0; st < 8; st++)
+                        u[x8][16 * c + 8 * hi + st] = q45_word(tile, x8, 1, c, st, hi);
+        } else {
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+                for (int hi = 0; hi < 2; hi++)
+#pragma GCC unroll 16
+                    for (int m = 0; m < 16; m++)
+                        u[x8][32 * h + 16 * hi + m] = q6_word(tile, x8, h, m, hi);
+        }
+}
+
 /* All nt tokens against super-block k of a tile, TILE_NT at a time. */
 AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_t *act, size_t as,
                              size_t k, size_t nt, float (*s)[16])
@@ -282,6 +308,15 @@ AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_
     thalf H[2];
     thalf_scales(t, tile, 0, &H[0]);
     thalf_scales(t, tile, 1, &H[1]);
+    /* Q5_K's and Q6_K's quants (7 and 6 instructions a word to unpack, as much as a token's
+     * products of it) unpacked once for all nt tokens into u, where the registers took them
+     * apart again for every TILE_NT: one thread, 32 tokens, 1.22-1.33x (docs/perf/cpu.md,
+     * session 139). Q4_K's (one or two) are not worth the store and the load; nor is a
+     * single group of tokens' (up to 3: 0.94-1.19x at 2 and 3, equal at 4). */
+    _Alignas(32) __m256i u[2][64];
+    const int unpacked = t != MVM_W_Q4_K && nt >= TILE_NT;
+    if (unpacked)
+        tile_unpack(t, tile, u);
     for (size_t i0 = 0; i0 < nt; i0 += TILE_NT) {
         const int NT = nt - i0 < TILE_NT ? (int)(nt - i0) : TILE_NT;
         const mvm_block_q8_K *a[TILE_NT] = {NULL};
@@ -292,12 +327,13 @@ AVX2_INLINE void tile_tokens(enum mvm_wtype t, const uint8_t *tile, const uint8_
             tok_pairs(t, a[i], pairs[i]);
         }
         for (int x8 = 0; x8 < 2; x8 += NX) {
+            const __m256i *U = unpacked ? u[x8] : NULL;
             /* the token count a constant, so that the token loops unroll */
             switch (NT) {
-            case 1: thalf_tokens(t, 1, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
-            case 2: thalf_tokens(t, 2, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
-            case 3: thalf_tokens(t, 3, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
-            default: thalf_tokens(t, TILE_NT, NX, &H[x8], tile, x8, a, pairs, s + i0); break;
+            case 1: thalf_tokens(t, 1, NX, &H[x8], tile, x8, a, pairs, s + i0, U); break;
+            case 2: thalf_tokens(t, 2, NX, &H[x8], tile, x8, a, pairs, s + i0, U); break;
+            case 3: thalf_tokens(t, 3, NX, &H[x8], tile, x8, a, pairs, s + i0, U); break;
+            default: thalf_tokens(t, TILE_NT, NX, &H[x8], tile, x8, a, pairs, s + i0, U); break;
             }
         }
     }
