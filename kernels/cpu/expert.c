@@ -9,7 +9,6 @@
  * blocks by the level's multi-row kernel where it has one, else MVM_K_NT tokens at a time,
  * each weight block unpacked once for them.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,14 +93,15 @@ static void ffn_groups(mvm_k_expert_fmt f, const uint8_t *expert, size_t n_embd,
             float(*h)[MVM_QK_K] = b.h, (*u)[MVM_QK_K] = b.u;
             gate_up_rows(f, gate, row, n_embd, a, act_stride, nt, h[0]);
             gate_up_rows(f, up, row, n_embd, a, act_stride, nt, u[0]);
-            for (size_t i = 0; i < nt; i++)
-                for (size_t c = 0; c < G; c++) {
-                    if (f.glu == MVM_GLU_OAI)
-                        h[i][c] = mvm_k_glu_oai(h[i][c] + bias[c], u[i][c] + bias[G + c]) *
-                                  weights[t0 + i];
-                    else
-                        h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i][c] * weights[t0 + i];
-                }
+            for (size_t i = 0; i < nt; i++) {
+                if (f.glu == MVM_GLU_OAI)
+                    for (size_t c = 0; c < G; c++)
+                        h[i][c] = mvm_k_glu_oai(h[i][c] + bias[c], u[i][c] + bias[G + c]);
+                else
+                    mvm_k_swiglu(h[i], u[i], G); /* the level's (swiglu_avx2.c) */
+                for (size_t c = 0; c < G; c++)
+                    h[i][c] *= weights[t0 + i];
+            }
             size_t stride;
             const uint8_t *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, b.q, &stride);
             float *o = out + t0 * out_stride;

@@ -181,6 +181,10 @@ void mvm_k_topk(const float *x, size_t n, size_t k, int *idx)
 
 void mvm_k_swiglu(float *x, const float *y, size_t n)
 {
+    if (mvm_k_kernels->swiglu) {
+        mvm_k_kernels->swiglu(x, y, n);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
