@@ -1812,6 +1812,50 @@ static void test_attn_softmax(void)
     CHECK(bad == 0);
 }
 
+/* The softmax step between the scores and the values (mvm_k_attn_weights, the level's
+ * softmax where it has one) against a double reference: two queries of 40 rows, every count
+ * of positions from 1 to 40 (the vector loops' tails; the rows past a query's count are
+ * poisoned and must stay so), without a sink and with one; the log-normaliser; the outputs
+ * zeroed. */
+static void test_attn_weights(void)
+{
+    enum { ROWS = 40, HD = 8 };
+    for (uint32_t n = 1; n <= ROWS; n++)
+        for (int with_sink = 0; with_sink < 2; with_sink++) {
+            const float sinks[2] = {0.7f, -2.0f};
+            const uint32_t n_pos[2] = {n, (n + 1) / 2};
+            float x[2 * ROWS], scores[2 * ROWS], out[2 * HD], lse[2];
+            fill(scores, 2 * ROWS, 8.0f);
+            memcpy(x, scores, sizeof x);
+            fill(out, 2 * HD, 1e3f);
+            mvm_k_attn_weights(x, ROWS, 2, 1, n_pos, with_sink ? sinks : NULL, lse, 1, out, HD,
+                               HD);
+            int bad = 0;
+            for (int i = 0; i < 2; i++) {
+                const float *sc = scores + i * ROWS;
+                const double sink = with_sink ? sinks[0] : -INFINITY;
+                double m = sink, sum = 0;
+                for (uint32_t p = 0; p < n_pos[i]; p++)
+                    m = fmax(m, sc[p]);
+                for (uint32_t p = 0; p < n_pos[i]; p++)
+                    sum += exp(sc[p] - m);
+                sum += exp(sink - m);
+                for (uint32_t p = 0; p < ROWS; p++) {
+                    const double want = exp(sc[p] - m) / sum;
+                    bad += p < n_pos[i] ? !close_to(x[i * ROWS + p], want, want, 2e-6)
+                                        : x[i * ROWS + p] != sc[p];
+                }
+                bad += !close_to(lse[i], m + log(sum), fabs(m + log(sum)), 1e-6);
+                for (int d = 0; d < HD; d++)
+                    bad += out[i * HD + d] != 0;
+            }
+            CHECK(bad == 0);
+            if (bad)
+                fprintf(stderr, "  attention weights of %u positions, sink %d: %d bad\n", n,
+                        with_sink, bad);
+        }
+}
+
 /* A prompt's 6 tokens at positions 34..39 (and, in a second call, one token alone) with 2
  * heads each over shared rows of an F16 cache, with sinks: each query bit for bit what
  * mvm_k_attn_heads gives it alone over its own first positions (the reference above); the
@@ -2213,6 +2257,7 @@ int main(void)
         RUN(test_attn_wide);
         RUN(test_attn_converted);
         RUN(test_attn_softmax);
+        RUN(test_attn_weights);
         RUN(test_act_quantizers);
         RUN(test_swiglu);
     }

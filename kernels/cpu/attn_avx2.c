@@ -16,10 +16,10 @@
  * 8 at a time into the first, adds them as (s0 + s1) + (s2 + s3) and reduces the lanes as
  * avx2_hsum does ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), which scores8's tree
  * repeats lane for lane; its axpy is one FMA an element a row, in row order, as here; the
- * softmax is ops.c's. So a query gives the same whether this file or ops.c computes it, and
- * ops.c keeps what is not taken here: one query a KV head (decode without grouped heads, which
- * reads the cache in place in one stream), heads not a multiple of 8 elements, a KV head wider
- * than a tile's row.
+ * softmax is ops.c's step (mvm_k_attn_weights, with the level's exp_avx2.c). So a query gives
+ * the same whether this file or ops.c computes it, and ops.c keeps what is not taken here: one
+ * query a KV head (decode without grouped heads, which reads the cache in place in one
+ * stream), heads not a multiple of 8 elements, a KV head wider than a tile's row.
  */
 #include <math.h>
 #include <string.h>

@@ -196,7 +196,7 @@ typedef int (*mvm_k_attn_fn)(const float *q, size_t q_stride, size_t n_tok, size
 /* Between a block's scores and its values (ops.c; its attention and the levels' that share
  * its arithmetic): each query's scores (token i's head h of nh at scratch + (i * nh + h) *
  * rows, its first n_pos[i]) turned into the softmax's weights with its sink (sinks[h], NULL:
- * none), its log-normaliser at lse[i * lse_stride + h] (lse NULL: not wanted), its output
+ * none; the level's softmax_sink where it has one), its log-normaliser at lse[i * lse_stride + h] (lse NULL: not wanted), its output
  * (out + i * q_stride + h * head_dim) zeroed. */
 void mvm_k_attn_weights(float *scratch, size_t rows, size_t n_tok, size_t nh,
                         const uint32_t *n_pos, const float *sinks, float *lse, size_t lse_stride,
@@ -227,6 +227,9 @@ struct mvm_k_level {
     mvm_k_kv_row_fn kv_row;
     /* NULL, or the level's mvm_k_swiglu (ops.c's portable loop otherwise) */
     void (*swiglu)(float *x, const float *y, size_t n);
+    /* NULL, or the level's mvm_k_softmax_sink for the attention's weights (mvm_k_attn_weights;
+     * the router's stays ops.c's) */
+    float (*softmax_sink)(float *x, size_t n, float sink);
 };
 
 /* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
@@ -264,9 +267,9 @@ struct mvm_k_level {
  *   void downn_float(t, const uint8_t *w, const uint8_t *a, size_t a_stride, int n_tok,
  *                    float *out, size_t out_stride, size_t n)
  *   void downn_q(...), downn_k(...)
- * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last six arguments
- * are the level's gemm and tiles tables, quantize_act, attn, kv_row and swiglu, or NULL where
- * it has none. */
+ * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last seven arguments
+ * are the level's gemm and tiles tables, quantize_act, attn, kv_row, swiglu and softmax_sink,
+ * or NULL where it has none. */
 #define MVM_K_LEVEL_TYPE(attr, dotn, downn, type, sfx)                                             \
     attr static void dotn_##sfx(const void *w, const void *act, size_t act_stride, size_t n_tok,   \
                                 size_t n, float *y, size_t y_stride)                               \
@@ -328,7 +331,7 @@ struct mvm_k_level {
      [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
                     axpy_float, gemm_table, tiles_table, quant_act, attn_fn, kv_row_fn,            \
-                    swiglu_fn)                                                                     \
+                    swiglu_fn, softmax_fn)                                                         \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
@@ -358,7 +361,7 @@ struct mvm_k_level {
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
         .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table,           \
         .tiles = tiles_table, .quantize_act = quant_act, .attn = attn_fn, .kv_row = kv_row_fn,   \
-        .swiglu = swiglu_fn};
+        .swiglu = swiglu_fn, .softmax_sink = softmax_fn};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
@@ -379,7 +382,9 @@ int mvm_k_attn_block_avx2(const float *q, size_t q_stride, size_t n_tok, size_t 
                           const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
                           size_t kv_stride, size_t head_dim, float scale, const float *sinks,
                           float *scratch, float *out, float *lse); /* attn_avx2.c */
-void mvm_k_swiglu_avx2(float *x, const float *y, size_t n); /* swiglu_avx2.c */
+/* exp_avx2.c */
+void mvm_k_swiglu_avx2(float *x, const float *y, size_t n);
+float mvm_k_softmax_sink_avx2(float *x, size_t n, float sink);
 extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */

@@ -9,6 +9,7 @@
 
 MVM_K_LEVEL(mvm_k_level_avx512, AVX512_TARGET, dotn_float, avx2_dotn_q, avx2_downn_float,
             avx2_downn_q, avx2_dotn_k, avx2_downn_k, avx2_axpy_float, NULL, NULL,
-            quantize_act, mvm_k_attn_block_avx512, avx2_kv_row, mvm_k_swiglu_avx2)
+            quantize_act, mvm_k_attn_block_avx512, avx2_kv_row, mvm_k_swiglu_avx2,
+            NULL)
 
 #endif

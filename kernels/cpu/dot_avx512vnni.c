@@ -13,6 +13,7 @@
 MVM_K_LEVEL(mvm_k_level_avx512vnni, AVX512_TARGET, dotn_float, avx2_dotn_q, avx2_downn_float,
             avx2_downn_q, avx2_dotn_k, avx2_downn_k, avx2_axpy_float,
             mvm_k_gemm_avx512vnni, mvm_k_tiles_avx512vnni, quantize_act,
-            mvm_k_attn_block_avx512, avx2_kv_row, mvm_k_swiglu_avx2)
+            mvm_k_attn_block_avx512, avx2_kv_row, mvm_k_swiglu_avx2,
+            NULL)
 
 #endif

@@ -16,6 +16,6 @@
 
 MVM_K_LEVEL(mvm_k_level_dotprod, , neon_dotn_float, neon_dotn_blocks,
             neon_downn_float, neon_downn_blocks, neon_dotn_blocks, neon_downn_blocks,
-            neon_axpy_float, NULL, NULL, NULL, NULL, NULL, NULL)
+            neon_axpy_float, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
 
 #endif

@@ -75,4 +75,4 @@ MVM_K_DOTN_ONE_BY_ONE(, dotn_blocks, dot_blocks, void)
 MVM_K_DOWNN_ONE_BY_ONE(, downn, down, void)
 
 MVM_K_LEVEL(mvm_k_level_scalar, , dotn_float, dotn_blocks, downn, downn, dotn_blocks, downn,
-            axpy_float, NULL, NULL, NULL, NULL, NULL, NULL)
+            axpy_float, NULL, NULL, NULL, NULL, NULL, NULL, NULL)

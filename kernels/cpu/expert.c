@@ -98,7 +98,7 @@ static void ffn_groups(mvm_k_expert_fmt f, const uint8_t *expert, size_t n_embd,
                     for (size_t c = 0; c < G; c++)
                         h[i][c] = mvm_k_glu_oai(h[i][c] + bias[c], u[i][c] + bias[G + c]);
                 else
-                    mvm_k_swiglu(h[i], u[i], G); /* the level's (swiglu_avx2.c) */
+                    mvm_k_swiglu(h[i], u[i], G); /* the level's (exp_avx2.c) */
                 for (size_t c = 0; c < G; c++)
                     h[i][c] *= weights[t0 + i];
             }

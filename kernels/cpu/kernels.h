@@ -208,7 +208,7 @@ float mvm_k_softmax_sink(float *x, size_t n, float sink);
 /* The k largest of x[0..n) (k <= n), indices in idx, largest first; ties go to the lower
  * index (deterministic routing). */
 void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);
-/* x[i] = silu(x[i]) * y[i]; the level's exp where it has one (swiglu_avx2.c: within 2 ulp of
+/* x[i] = silu(x[i]) * y[i]; the level's exp where it has one (exp_avx2.c: within 2 ulp of
  * expf's, which the portable loop calls). */
 void mvm_k_swiglu(float *x, const float *y, size_t n);
 /* n_q attention heads that share their keys and values (a GQA group, or MLA's heads over

@@ -216,8 +216,11 @@ void mvm_k_attn_weights(float *scratch, size_t rows, size_t n_tok, size_t nh,
 {
     for (size_t i = 0; i < n_tok; i++)
         for (size_t h = 0; h < nh; h++) {
-            const float l = mvm_k_softmax_sink(scratch + (i * nh + h) * rows, n_pos[i],
-                                               sinks ? sinks[h] : -INFINITY);
+            float *x = scratch + (i * nh + h) * rows;
+            const float sink = sinks ? sinks[h] : -INFINITY;
+            const float l = mvm_k_kernels->softmax_sink
+                                ? mvm_k_kernels->softmax_sink(x, n_pos[i], sink)
+                                : mvm_k_softmax_sink(x, n_pos[i], sink);
             if (lse)
                 lse[i * lse_stride + h] = l;
             memset(out + i * q_stride + h * head_dim, 0, head_dim * sizeof *out);
