@@ -43,6 +43,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/cpu/avx512.h"
+#include "kernels/cpu/exp_poly.h"
 
 /* Positions a tile (a vector's lanes). */
 #define TILE 16
@@ -357,18 +358,10 @@ AVX512_INLINE void add_values2(const float *wa, const float *wb, const uint8_t *
 AVX512_INLINE __m512 exp16(__m512 x)
 {
     x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(MVM_EXP_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1));
-    return _mm512_scalef_ps(y, n);
+    const __m512 r = MVM_EXP_R(_mm512, n, x);
+    return _mm512_scalef_ps(MVM_EXP_POLY(_mm512, r), n);
 }
 
 /* ops.c's mvm_k_softmax_sink 16 at a time: the terms summed in double as there, in 16

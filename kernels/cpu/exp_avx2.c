@@ -10,7 +10,7 @@
  *     summed in double as there, 8 partial sums in place of one. The router's softmax stays
  *     ops.c's at every level: a level never changes which experts a token takes.
  *
- * e^x as attn_avx512.c's exp16 has it (Cephes' expf polynomial, within 2 ulp of expf), the
+ * e^x as attn_avx512.c's exp16 has it (exp_poly.h: Cephes' expf polynomial, within 2 ulp), the
  * power of two built in the exponent's bits since AVX2 has no scalef: x·log2(e) rounded to
  * n, r = x - n·ln 2 (ln 2 in two parts), e^r·2^n. Where 2^n would not be a normal float it
  * is +inf above 127 ln 2 = 88.03 (expf's from 88.72: silu(x) for x < -88.03 is -0, libm's
@@ -25,6 +25,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/exp_poly.h"
 
 /* e^x for 8 floats: +inf above 127 ln 2 (where n would pass 127), 0 below -126 ln 2. */
 AVX2_INLINE __m256 exp8(__m256 x)
@@ -32,17 +33,9 @@ AVX2_INLINE __m256 exp8(__m256 x)
     const __m256 hi = _mm256_set1_ps(88.0296919311f), lo = _mm256_set1_ps(-87.3365447504f);
     const __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(MVM_EXP_LOG2E)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1));
+    const __m256 r = MVM_EXP_R(_mm256, n, x), y = MVM_EXP_POLY(_mm256, r);
     const __m256i e =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     const __m256 v = _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
