@@ -885,17 +885,27 @@ static void test_reload_overtakes_cancelled_prefetch(void)
     unsetenv("MOEVM_COPY_PIECE");
 }
 
-struct side_load {
+/* A call on another thread while the fake driver holds the worker (inside a map, or a copy):
+ * what it did, and whether it returned. */
+enum side_what { SIDE_PIN, SIDE_VIEW, SIDE_LOAD };
+struct side_call {
     mvm_space *sp;
+    enum side_what what; /* a pin and unpin of (0, e), mvm_expert_wait_view of it, or its load */
     uint32_t e;
     mvm_status st;
+    uint64_t addr;
     atomic_int done;
 };
 
-static void *side_load_run(void *p)
+static void *side_call_run(void *p)
 {
-    struct side_load *c = p;
-    c->st = mvm_make_resident(c->sp, 0, c->e, MVM_ALL_PAGES);
+    struct side_call *c = p;
+    if (c->what == SIDE_VIEW)
+        c->st = mvm_expert_wait_view(c->sp, 0, c->e, NULL, &c->addr);
+    else if (c->what == SIDE_LOAD)
+        c->st = mvm_make_resident(c->sp, 0, c->e, MVM_ALL_PAGES);
+    else if ((c->st = mvm_pin(c->sp, 0, c->e)) == MVM_OK)
+        c->st = mvm_unpin(c->sp, 0, c->e);
     atomic_store(&c->done, 1);
     return NULL;
 }
@@ -917,9 +927,9 @@ static void test_load_waits_for_cancelled_copy(void)
     CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
     CHECK(stats_of(sp).free_pages == 0);
     CHECK_ST(mvm_prefetch(sp, 0, 1, MVM_ALL_PAGES, NULL), MVM_ERR_NOSPACE);
-    struct side_load c = {.sp = sp, .e = 1, .st = MVM_ERR_INVALID};
+    struct side_call c = {.sp = sp, .what = SIDE_LOAD, .e = 1, .st = MVM_ERR_INVALID};
     pthread_t t;
-    bool started = pthread_create(&t, NULL, side_load_run, &c) == 0;
+    bool started = pthread_create(&t, NULL, side_call_run, &c) == 0;
     CHECK(started);
     usleep(100000);
     CHECK(!atomic_load(&c.done)); /* the chunks it needs are still the held copy's */
@@ -1289,28 +1299,6 @@ static void test_wait_on_stream(void)
     CHECK(fake_live_handles() == 0);
 }
 
-/* A call on another thread while the fake driver holds the worker inside a map: what it
- * did, and whether it returned. */
-struct side_call {
-    mvm_space *sp;
-    int view;        /* 1: mvm_expert_wait_view of (0, 0); 0: a pin and unpin of it */
-    mvm_status st;
-    uint64_t addr;
-    atomic_int done;
-};
-
-static void *side_call_run(void *p)
-{
-    struct side_call *c = p;
-    if (c->view) {
-        c->st = mvm_expert_wait_view(c->sp, 0, 0, NULL, &c->addr);
-    } else if ((c->st = mvm_pin(c->sp, 0, 0)) == MVM_OK) {
-        c->st = mvm_unpin(c->sp, 0, 0);
-    }
-    atomic_store(&c->done, 1);
-    return NULL;
-}
-
 /* Runs c while a map is held (`held`: one was seen), gives it up to 10 s, then lets the
  * maps go and joins it: whether it returned while the map was held. */
 static bool returns_while_held(struct side_call *c, int held)
@@ -1391,7 +1379,7 @@ static void test_wait_view(void)
     const int held = fake_wait_map_held(10000); /* its copy is queued, its map under way */
     CHECK(held);
     const unsigned long waits = fake_calls("cuStreamWaitEvent");
-    struct side_call v = {.sp = sp, .view = 1};
+    struct side_call v = {.sp = sp, .what = SIDE_VIEW};
     CHECK(returns_while_held(&v, held)); /* else it waits for the map */
     CHECK_ST(v.st, MVM_OK);
     addr = v.addr;

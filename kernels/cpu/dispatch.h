@@ -196,8 +196,8 @@ typedef int (*mvm_k_attn_fn)(const float *q, size_t q_stride, size_t n_tok, size
 /* Between a block's scores and its values (ops.c; its attention and the levels' that share
  * its arithmetic): each query's scores (token i's head h of nh at scratch + (i * nh + h) *
  * rows, its first n_pos[i]) turned into the softmax's weights with its sink (sinks[h], NULL:
- * none; the level's softmax_sink where it has one), its log-normaliser at lse[i * lse_stride + h] (lse NULL: not wanted), its output
- * (out + i * q_stride + h * head_dim) zeroed. */
+ * none; the level's softmax_sink where it has one), its log-normaliser at lse[i * lse_stride
+ * + h] (lse NULL: not wanted), its output (out + i * q_stride + h * head_dim) zeroed. */
 void mvm_k_attn_weights(float *scratch, size_t rows, size_t n_tok, size_t nh,
                         const uint32_t *n_pos, const float *sinks, float *lse, size_t lse_stride,
                         float *out, size_t q_stride, size_t head_dim);

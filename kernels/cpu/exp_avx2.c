@@ -42,10 +42,11 @@ AVX2_INLINE __m256 exp8(__m256 x)
     return _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_inff()), over);
 }
 
-/* Lanes 0 .. n - 1 set (n <= 8): the tail's loads and stores. */
+/* Lanes 0 .. n - 1 set (all for n >= 8): the loads and stores, a tail's masked. */
 AVX2_INLINE __m256i first_lanes(size_t n)
 {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 8 ? (int)n : 8),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 AVX2_INLINE __m256 swiglu8(__m256 x, __m256 y)
@@ -57,7 +58,7 @@ AVX2_INLINE __m256 swiglu8(__m256 x, __m256 y)
 AVX2_TARGET void mvm_k_swiglu_avx2(float *x, const float *y, size_t n)
 {
     for (size_t i = 0; i < n; i += 8) {
-        const __m256i m = first_lanes(n - i < 8 ? n - i : 8);
+        const __m256i m = first_lanes(n - i);
         _mm256_maskstore_ps(x + i, m,
                             swiglu8(_mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
     }
@@ -67,7 +68,7 @@ AVX2_TARGET float mvm_k_softmax_sink_avx2(float *x, size_t n, float sink)
 {
     __m256 mv = _mm256_set1_ps(sink);
     for (size_t i = 0; i < n; i += 8) { /* (max_ps's second operand wins over a nan) */
-        const __m256i m = first_lanes(n - i < 8 ? n - i : 8);
+        const __m256i m = first_lanes(n - i);
         mv = _mm256_max_ps(
             _mm256_blendv_ps(mv, _mm256_maskload_ps(x + i, m), _mm256_castsi256_ps(m)), mv);
     }
@@ -78,7 +79,7 @@ AVX2_TARGET float mvm_k_softmax_sink_avx2(float *x, size_t n, float sink)
     const __m256 mx = _mm256_set1_ps(max);
     __m256d s0 = _mm256_setzero_pd(), s1 = s0;
     for (size_t i = 0; i < n; i += 8) {
-        const __m256i m = first_lanes(n - i < 8 ? n - i : 8);
+        const __m256i m = first_lanes(n - i);
         const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), mx)),
                                        _mm256_castsi256_ps(m));
         _mm256_maskstore_ps(x + i, m, e);
@@ -91,7 +92,7 @@ AVX2_TARGET float mvm_k_softmax_sink_avx2(float *x, size_t n, float sink)
                        (double)_mm256_cvtss_f32(exp8(_mm256_sub_ps(_mm256_set1_ps(sink), mx)));
     const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
     for (size_t i = 0; i < n; i += 8) {
-        const __m256i m = first_lanes(n - i < 8 ? n - i : 8);
+        const __m256i m = first_lanes(n - i);
         _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
     }
     return (float)((double)max + log(sum)); /* ln of the softmax's sum, as ops.c's */
