@@ -222,12 +222,15 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
          * job lands. Its mapping at the pages' address goes now, or a new load of them,
          * mapping there ahead of its own copy, would find it (and fail) until then. An
          * on-demand request that needs these chunks waits for them (request.c): the
-         * eviction has returned, and its caller counts them free. */
+         * eviction has returned, and its caller counts them free. A job that has landed
+         * already (deferred behind a pin, then unpinned) writes nothing any more: its slab
+         * goes now, or a request pinning the expert again would wait for a landing its own
+         * pin defers. */
         unmap_ahead(sp, j, r);
-        if (!j->runs[r].freeing && !j->runs[r].done) {
-            j->runs[r].freeing = true;
-            sp->n_freeing += sp->slabs[j->runs[r].slab].n;
-        }
+        j->runs[r].freeing = true;
+        sp->n_freeing += sp->slabs[j->runs[r].slab].n;
+        if (j->landed)
+            mvm_run_release(sp, j, r);
         return;
     }
     mvm_run_release(sp, j, r);
