@@ -1069,6 +1069,53 @@ static void test_unpin_lands_deferred_load(void)
     fake_set_copy_delay_us(0);
 }
 
+/* A load that landed behind a pin and is evicted after the unpin but before the worker has
+ * remapped it (the worker inside another expert's held copy) gives its chunks back at once:
+ * the expert pinned again and loaded anew needs them, and its pin would defer the old
+ * landing's remap for ever (the hang of fa96df1: a reader that pins an expert and then asks
+ * for it). Where homes are unmapped the landing was mapped ahead, and the unpin lands it. */
+static void test_evict_deferred_landing_then_repin(void)
+{
+    enum { P = 4 };
+    mvm_space_info info;
+    mvm_space *sp = filled_space(1, 2, P * PAGE, 2 * P, &info);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    mvm_move *old, *other, *again = NULL;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &old), MVM_OK);
+    for (int ms = 0; ms < 10000 && stats_of(sp).moves_deferred == 0; ms++)
+        usleep(1000);
+    CHECK(stats_of(sp).moves_deferred == 1); /* landed, its remap behind the pin */
+    fake_hold_copies(1);
+    CHECK_ST(mvm_prefetch(sp, 0, 1, MVM_ALL_PAGES, &other), MVM_OK);
+    CHECK(fake_wait_copy_held(10000)); /* the worker is inside expert 1's copy */
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+    CHECK(stats_of(sp).moves_deferred == (info.home_mapped ? 1u : 0u));
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+    const bool back = stats_of(sp).free_pages == P; /* not when a landing no one runs lands */
+    CHECK(back);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    if (back) /* (else the load would wait for ever) */
+        CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &again), MVM_OK);
+    fake_hold_copies(0);
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK); /* (a pinned expert's landings wait for this) */
+    if (again) {
+        CHECK_ST(mvm_move_wait(again, -1), MVM_OK);
+        CHECK_ST(mvm_move_release(again), MVM_OK);
+    }
+    CHECK_ST(mvm_move_wait(other, -1), MVM_OK);
+    mvm_status old_st = mvm_move_wait(old, -1);
+    CHECK(info.home_mapped ? old_st == MVM_ERR_CANCELLED : old_st == MVM_OK);
+    CHECK_ST(mvm_move_release(other), MVM_OK);
+    CHECK_ST(mvm_move_release(old), MVM_OK);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == P && reads_match(sp, 0, 0, P * PAGE));
+    CHECK(reads_match(sp, 0, 1, P * PAGE));
+    CHECK(stats_of(sp).free_pages == 0 && stats_of(sp).moves_deferred == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+}
+
 /* A load asked for while another's copy is on the bus (its fence not done for 300 ms) has
  * its copy queued at once, behind it, where the worker polls the fence (MOEVM_MOVE_SPIN);
  * a worker asleep in the fence's wait takes it once the first has landed, or before, if it
@@ -2143,6 +2190,7 @@ int main(int argc, char **argv)
         RUN(test_load_waits_for_cancelled_copy);
         RUN(test_reload_while_mapped_load_cancelled);
         RUN(test_unpin_lands_deferred_load);
+        RUN(test_evict_deferred_landing_then_repin);
         RUN(test_unpin_after_stream);
         RUN(test_copies_queued_in_flight);
         RUN(test_driver_failures);

@@ -612,6 +612,7 @@ mvm_status mvm_space_get_stats(const mvm_space *csp, mvm_stats *out)
     out->wait_ns = atomic_load(&sp->shared->wait_ns);
     out->moves_queued = sp->demand.n + sp->prefetch.n;
     out->moves_in_flight = sp->in_flight;
+    out->moves_deferred = sp->deferred.n;
     out->resident_pages = sp->n_resident;
     out->loading_pages = sp->n_loading;
     out->free_pages = sp->n_free;

@@ -377,6 +377,8 @@ typedef struct mvm_stats {
                                   worker (its thread, mostly) */
     uint32_t moves_queued;     /* move jobs not yet started */
     uint32_t moves_in_flight;  /* move jobs being copied or waiting for a remap */
+    uint32_t moves_deferred;   /* of those, jobs landed while their expert was pinned: the
+                                  remap waits for its last unpin */
     uint32_t resident_pages;
     uint32_t loading_pages;
     uint32_t free_pages;       /* unclaimed device chunks */
