@@ -227,7 +227,7 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
          * goes now, or a request pinning the expert again would wait for a landing its own
          * pin defers. */
         unmap_ahead(sp, j, r);
-        j->runs[r].freeing = true;
+        j->runs[r].freeing = true; /* (released at once or not: remap_job reads it as cancelled) */
         sp->n_freeing += sp->slabs[j->runs[r].slab].n;
         if (j->landed)
             mvm_run_release(sp, j, r);
