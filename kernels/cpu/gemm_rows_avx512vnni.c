@@ -118,11 +118,31 @@ AVX512_INLINE void rblock_q6_scales(const __m512i S[4], rblock *R)
                                    _mm512_slli_epi32(R->sc[2 * j + 1], 16));
 }
 
+/* Quants of a few low bits and a top part: each byte's bits under `low` from n and, at the
+ * bits of `top` (its lowest bit pos), h's same byte's bits from bit `bit` on. Rotating h's
+ * dwords by pos - bit (mod 32) carries those bits, in every byte, to top's place in that
+ * byte (what a rotation carries across bytes lands outside top, which the mask drops); one
+ * ternary op then merges: a rotate, an and and the merge where shifting, masking, shifting
+ * back and or-ing took four and one more for n's mask. Q5_K: a nibble and 1 bit; Q6_K: a
+ * nibble and 2; Q3_K: 2 bits and 1. */
+AVX512_INLINE __m512i quants_top(__m512i n, int low, __m512i h, int bit, int pos, int top)
+{
+    const __m512i t = _mm512_and_si512(_mm512_rolv_epi32(h, _mm512_set1_epi32((pos - bit) & 31)),
+                                       _mm512_set1_epi8((char)top));
+    return _mm512_ternarylogic_epi32(t, n, _mm512_set1_epi8((char)low), 0xF8); /* A | (B & C) */
+}
+
+/* Q5_K's: n's low nibbles, bit `bit` of h as the fifth. */
+AVX512_INLINE __m512i q5_quants(__m512i n, __m512i h, int bit)
+{
+    return quants_top(n, 0x0F, h, bit, 4, 0x10);
+}
+
 AVX512_INLINE void rblock_q45(int q5, const uint8_t *const p[16], const uint8_t *base, __m512i idx,
                               rblock *R)
 {
     const size_t qs = q5 ? offsetof(mvm_block_q5_K, qs) : offsetof(mvm_block_q4_K, qs);
-    const __m512i nib = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512i H[16];
     if (q5)
         rows_dwords(p, offsetof(mvm_block_q5_K, qh), H); /* qh's 8 dwords, then qs's */
@@ -134,18 +154,13 @@ AVX512_INLINE void rblock_q45(int q5, const uint8_t *const p[16], const uint8_t 
             /* qs dword D = 16h + m: bytes 32k + 4(D % 8).. of chunk k = D / 8, the low
              * nibbles quants 64k + 4(D % 8).. (sub-block 2k), the high ones 32 further */
             const int D = 16 * h + m, k = D / 8, g = 16 * k + D % 8;
-            __m512i lo = _mm512_and_si512(T[m], nib);
-            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(T[m], 4), nib);
             if (q5) { /* bits 2k, 2k + 1 of qh's same bytes */
-                const __m512i b = H[D % 8];
-                lo = _mm512_or_si512(
-                    lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 2 * k), one), 4));
-                hi = _mm512_or_si512(
-                    hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 2 * k + 1), one),
-                                          4));
+                R->q[g] = q5_quants(T[m], H[D % 8], 2 * k);
+                R->q[g + 8] = q5_quants(_mm512_srli_epi16(T[m], 4), H[D % 8], 2 * k + 1);
+            } else {
+                R->q[g] = _mm512_and_si512(T[m], nib);
+                R->q[g + 8] = _mm512_and_si512(_mm512_srli_epi16(T[m], 4), nib);
             }
-            R->q[g] = lo;
-            R->q[g + 8] = hi;
         }
     }
     rblock_q45_scales(rows_field(base, idx, 0), rows_field(base, idx, 4),
@@ -155,7 +170,6 @@ AVX512_INLINE void rblock_q45(int q5, const uint8_t *const p[16], const uint8_t 
 AVX512_INLINE void rblock_q6(const uint8_t *const p[16], const uint8_t *base, __m512i idx,
                              rblock *R)
 {
-    const __m512i nib = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
     __m512i H[16];
     rows_dwords(p, offsetof(mvm_block_q6_K, qh), H);
     for (int h = 0; h < 2; h++) {
@@ -169,10 +183,8 @@ AVX512_INLINE void rblock_q6(const uint8_t *const p[16], const uint8_t *base, __
                  * chunk c = 2h + s; their top bits are bits 4s + 2(m / 8) of
                  * qh[32h + 4(m % 8)..] (blocks.h) */
                 const int c = 2 * h + s;
-                const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(L[m], 4 * s), nib);
-                const __m512i hb = _mm512_and_si512(
-                    _mm512_srli_epi16(H[8 * h + m % 8], 4 * s + 2 * (m / 8)), three);
-                R->q[16 * c + m] = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 4));
+                R->q[16 * c + m] = quants_top(s ? _mm512_srli_epi16(L[m], 4) : L[m], 0x0F,
+                                              H[8 * h + m % 8], 4 * s + 2 * (m / 8), 4, 0x30);
             }
     }
     __m512i S[4];
@@ -289,17 +301,16 @@ AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int
     if (t == MVM_W_Q3_K || t == MVM_W_Q2_K) {
         const int n = P / 4, j = 2 * (P / 2 % 2), half = P % 2, w = 4 * half + st;
         const int q3 = t == MVM_W_Q3_K;
-        const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
         const __m512i Q = _mm512_loadu_si512(tile + 64 * ((q3 ? 8 : 4) + 8 * n + w));
-        *lo = _mm512_and_si512(_mm512_srli_epi16(Q, 2 * j), three);
-        *hi = _mm512_and_si512(_mm512_srli_epi16(Q, 2 * j + 2), three);
+        const __m512i ql = _mm512_srli_epi16(Q, 2 * j), qh = _mm512_srli_epi16(Q, 2 * j + 2);
         if (q3) {
             const __m512i H = _mm512_loadu_si512(tile + 64 * w);
-            *lo = _mm512_or_si512(
-                *lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 * n + j), one), 2));
-            *hi = _mm512_or_si512(
-                *hi,
-                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 * n + j + 1), one), 2));
+            *lo = quants_top(ql, 3, H, 4 * n + j, 2, 0x04);
+            *hi = quants_top(qh, 3, H, 4 * n + j + 1, 2, 0x04);
+        } else {
+            const __m512i three = _mm512_set1_epi8(3);
+            *lo = _mm512_and_si512(ql, three);
+            *hi = _mm512_and_si512(qh, three);
         }
         *glo = 32 * n + 8 * j + 4 * half + st;
         *ghi = *glo + 8;
@@ -307,29 +318,23 @@ AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int
     }
     if (t == MVM_W_Q6_K) {
         const int h = P / 4, m = 4 * (P % 4) + st, sh = 2 * (m / 8);
-        const __m512i three = _mm512_set1_epi8(3);
         const __m512i L = _mm512_loadu_si512(tile + 64 * (16 * h + m));
         const __m512i H = _mm512_loadu_si512(tile + 64 * (32 + 8 * h + m % 8));
-        *lo = _mm512_or_si512(
-            _mm512_and_si512(L, nib),
-            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, sh), three), 4));
-        *hi = _mm512_or_si512(
-            _mm512_and_si512(_mm512_srli_epi16(L, 4), nib),
-            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 + sh), three), 4));
+        *lo = quants_top(L, 0x0F, H, sh, 4, 0x30);
+        *hi = quants_top(_mm512_srli_epi16(L, 4), 0x0F, H, 4 + sh, 4, 0x30);
         *glo = 32 * h + m;
         *ghi = *glo + 16;
         return;
     }
     const int q5 = t == MVM_W_Q5_K, D = 8 * P + st;
     const __m512i T = _mm512_loadu_si512(tile + 64 * ((q5 ? 12 : 4) + D));
-    *lo = _mm512_and_si512(T, nib);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(T, 4), nib);
     if (q5) {
-        const __m512i b = _mm512_loadu_si512(tile + 64 * (4 + st)), one = _mm512_set1_epi8(1);
-        *lo = _mm512_or_si512(
-            *lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 2 * P), one), 4));
-        *hi = _mm512_or_si512(
-            *hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 2 * P + 1), one), 4));
+        const __m512i b = _mm512_loadu_si512(tile + 64 * (4 + st));
+        *lo = q5_quants(T, b, 2 * P);
+        *hi = q5_quants(_mm512_srli_epi16(T, 4), b, 2 * P + 1);
+    } else {
+        *lo = _mm512_and_si512(T, nib);
+        *hi = _mm512_and_si512(_mm512_srli_epi16(T, 4), nib);
     }
     *glo = 16 * P + st;
     *ghi = *glo + 8;
