@@ -20,7 +20,8 @@
 #   RESULT bench=cpu_vs_llamacpp model=olmoe-3l type=q4_k_m test=pp512 threads=2
 #          moevm_tok_s=.. llamacpp_tok_s=.. ratio=.. read_gbs=MIN-MAX
 #          file=llama-quantize (or mkmodel, llama-quantize+imatrix: who made the file)
-#          [moevm_bound=.. llamacpp_bound=.. (tg128: fractions of the bound)]  (on one line)
+#          [moevm_bound=.. llamacpp_bound=.. (tg128: fractions of the bound)]
+#          simd=avx512vnni llama=cpu commit=f396cab  (on one line)
 # Layers: 3 keeps the files small (OLMoE's F16 1.2 GiB), but leaves the output product, the
 # same at any depth, a third of what a decode token reads (two thirds for Qwen3's shape), so
 # decode compares mostly one large matrix; OLMoE's own 16 (F16 12.9 GiB, made once, about
@@ -29,6 +30,10 @@
 #                                   [preset (olmoe-1b-7b; any of moevm mkmodel --list's)]
 # (gpt-oss's files, for one: bash bench/cpu/llamacpp.sh 2 2 3 mxfp4_moe gpt-oss-20b)
 # Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
+# LLAMACPP_BUILD=cpu-avx2 runs llama.cpp's AVX2 build (bash bench/llamacpp/build.sh cpu-avx2)
+# against moevm held to its AVX2 level (MOEVM_CPU_SIMD=avx2): an AVX-512 machine standing in
+# for an AVX2 one (the files are made with the native build's tools either way). The RESULT
+# lines say which: simd= (moevm's level), llama= (the build), commit= (moevm's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${1:-2}
@@ -37,7 +42,14 @@ layers=${3:-3}
 types=${4:-"q8_0 q4_k_m"}
 preset=${5:-olmoe-1b-7b}
 name=${preset/olmoe-1b-7b/olmoe}-${layers}l # the files' and the RESULT lines' model
-bin=.llamacpp/build-cpu/bin
+bin=.llamacpp/build-cpu/bin # llama-quantize, llama-imatrix: the files
+kind=${LLAMACPP_BUILD:-cpu}
+bench_bin=.llamacpp/build-$kind/bin # llama-bench: the yardstick
+case $kind in
+cpu) ;;
+cpu-avx2) export MOEVM_CPU_SIMD=avx2 ;;
+*) echo "bench/cpu/llamacpp.sh: LLAMACPP_BUILD=$kind: cpu or cpu-avx2" >&2; exit 2 ;;
+esac
 die() { echo "bench/cpu/llamacpp.sh: $*" >&2; exit 1; }
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -45,7 +57,13 @@ cmake --build build -j"$(nproc)" --target moevm_cli bench_cpu_engine >/dev/null
 [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-imatrix" ] ||
     bash bench/llamacpp/build.sh cpu
 [ -x "$bin/llama-imatrix" ] || die "no $bin/llama-imatrix after the llama.cpp build"
+[ -x "$bench_bin/llama-bench" ] || bash bench/llamacpp/build.sh "$kind"
+[ -x "$bench_bin/llama-bench" ] || die "no $bench_bin/llama-bench after the llama.cpp build"
+simd=$(./build/moevm info 2>/dev/null | sed -n 's/^cpu: *\([a-z0-9]*\) kernels.*/\1/p')
+[ -n "$simd" ] || die "moevm info names no SIMD level (MOEVM_CPU_SIMD=${MOEVM_CPU_SIMD:-})"
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || commit+=+dirty
 
 mkdir -p build/bench-models
 tmp=$(mktemp -d)
@@ -87,7 +105,8 @@ model() { # type -> path, made once
 }
 
 echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "== $threads threads, $rounds rounds, $preset's shape with $layers layers"
+echo "== $threads threads, $rounds rounds, $preset's shape with $layers layers;" \
+    "moevm $commit at its $simd level, llama.cpp's $kind build"
 for t in $types; do
     m=$(model "$t")
     for r in $(seq "$rounds"); do
@@ -96,8 +115,9 @@ for t in $types; do
         ./build/bench_cpu_engine "$m" "$threads" 0 0 2>/dev/null |
             awk '/^read bw/ {bw = $3} /^active\/token/ {print bw, $2}' >>"$tmp/bw-$t.txt" ||
             die "bench_cpu_engine on $m failed"
-        "$bin/llama-bench" -m "$m" -p 64,512 -n 128 -r 1 -t "$threads" -o jsonl 2>/dev/null \
-            >>"$tmp/llama-$t.jsonl" || die "llama-bench on $m failed"
+        LD_LIBRARY_PATH=$bench_bin:$LD_LIBRARY_PATH \
+            "$bench_bin/llama-bench" -m "$m" -p 64,512 -n 128 -r 1 -t "$threads" -o jsonl \
+            2>/dev/null >>"$tmp/llama-$t.jsonl" || die "llama-bench on $m failed"
         for p in 64 512; do # one -p per run: moevm bench takes one prompt length
             ./build/moevm bench -m "$m" -p "$p" -n 0 -r 1 -t "$threads" -o jsonl \
                 2>/dev/null >>"$tmp/moevm-$t.jsonl" || die "moevm bench on $m failed"
@@ -106,11 +126,11 @@ for t in $types; do
             >>"$tmp/moevm-$t.jsonl" || die "moevm bench on $m failed"
     done
 done
-python3 - "$tmp" "$threads" "$name" $types <<'EOF'
+python3 - "$tmp" "$threads" "$name" "simd=$simd llama=$kind commit=$commit" $types <<'EOF'
 import sys
 sys.path.insert(0, "bench/cpu")
 from jsonl_best import best
-tmp, threads, name, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+tmp, threads, name, build, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 print(f"| type | test | llama.cpp tok/s | moevm tok/s | moevm / llama.cpp |")
 print(f"|---|---|---|---|---|")
 results = []
@@ -130,7 +150,7 @@ for t in types:
                 f"file={open(f'{tmp}/file-{t}.txt').read().strip()}")
         if test == "tg128":
             line += f" moevm_bound={m / bound:.3f} llamacpp_bound={l / bound:.3f}"
-        results.append(line)
+        results.append(f"{line} {build}")
     print(f"{t}: memory read {min(bw):.1f}-{max(bw):.1f} GB/s over the rounds, "
           f"{active_mb:.1f} MB a decode token: bound {bound:.1f} tok/s at the best read")
 print("\n".join(results))

@@ -3,6 +3,7 @@
 #
 #   bash bench/llamacpp/build.sh fetch        # here (needs PyPI): the source only
 #   bash bench/llamacpp/build.sh cpu          # fetch if needed, build for this CPU
+#   bash bench/llamacpp/build.sh cpu-avx2     # the same for an AVX2 CPU (no AVX-512, no VNNI)
 #   bash bench/llamacpp/build.sh cuda [ARCH]  # fetch if needed, build with CUDA (ARCH 90)
 #   bash bench/llamacpp/build.sh pack         # .llamacpp/cuda.tar.xz from a cuda build
 #
@@ -17,6 +18,10 @@
 # made here computes the CPU's share of an --n-cpu-moe run on the device machine with its
 # best SIMD level, as a native build there would. LLAMACPP_CPU_LEVELS="x64 haswell zen4"
 # builds only the levels named (on 2 cores the fourteen levels take as long as the CUDA code).
+# `cpu-avx2` (.llamacpp/build-cpu-avx2) limits llama.cpp to what an AVX2 machine has (AVX2,
+# FMA, F16C, BMI2: a Zen 3's, or Haswell's), so that an AVX-512 machine can stand in for one
+# against moevm held to the same level (MOEVM_CPU_SIMD=avx2; bench/cpu/llamacpp.sh's
+# LLAMACPP_BUILD=cpu-avx2 does both); its caches and memory stay the machine's own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 top=${LLAMACPP_DIR:-$here/.llamacpp}
@@ -128,6 +133,10 @@ cpu)
         echo "llama.cpp's AMX kernels crash on this machine: rebuilding for its CPU without AMX"
         configure_build cpu $(flags_without_amx)
     fi ;;
+cpu-avx2)
+    fetch
+    configure_build cpu-avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+        -DGGML_F16C=ON -DGGML_BMI2=ON ;;
 cuda)
     fetch
     command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found"
@@ -143,5 +152,5 @@ pack)
     tar -C "$top/build-cuda" -cJf "$top/cuda.tar.xz" bin
     echo "$top/cuda.tar.xz ($(du -h "$top/cuda.tar.xz" | cut -f1)): carry .llamacpp/cuda.tar.xz"
     ;;
-*) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
