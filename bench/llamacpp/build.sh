@@ -152,5 +152,5 @@ pack)
     tar -C "$top/build-cuda" -cJf "$top/cuda.tar.xz" bin
     echo "$top/cuda.tar.xz ($(du -h "$top/cuda.tar.xz" | cut -f1)): carry .llamacpp/cuda.tar.xz"
     ;;
-*) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 2 ;; # the header
 esac
