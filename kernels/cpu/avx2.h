@@ -75,6 +75,14 @@ AVX2_INLINE void avx2_prefetch_at(const uint8_t *p, size_t bytes, size_t ahead)
         _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
 }
 
+/* The same into L2 only (prefetcht1, which Zen 4 keeps out of L1). */
+AVX2_INLINE void avx2_prefetch_l2_at(const uint8_t *p, size_t bytes, size_t ahead)
+{
+#pragma GCC unroll 16
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T1);
+}
+
 /* A stream's lines are also sent to L2 (prefetcht1) this far ahead. A prefetch into L1 holds
  * one of the core's line fill buffers until its line arrives, and an Intel core has 16 of
  * them: at a hundred nanoseconds a miss that is about 10 GB/s a core, the rate one thread's
@@ -90,9 +98,7 @@ AVX2_INLINE void avx2_prefetch_at(const uint8_t *p, size_t bytes, size_t ahead)
 AVX2_INLINE void avx2_prefetch(const uint8_t *p, size_t bytes)
 {
     avx2_prefetch_at(p, bytes, MVM_K_PREFETCH);
-#pragma GCC unroll 16
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)p + MVM_K_PREFETCH_L2 + o, _MM_HINT_T1);
+    avx2_prefetch_l2_at(p, bytes, MVM_K_PREFETCH_L2);
 }
 
 /* One of several rows read side by side: MVM_K_PREFETCH_ROWS ahead. */
@@ -101,13 +107,11 @@ AVX2_INLINE void avx2_prefetch_rows(const uint8_t *p, size_t bytes)
     avx2_prefetch_at(p, bytes, MVM_K_PREFETCH_ROWS);
 }
 
-/* The same into L2 only (prefetcht1, which Zen 4 keeps out of L1): a row's block after the
- * next, so that the L1 prefetch finds it there. */
+/* The same into L2 only: a row's block after the next, so that the L1 prefetch finds it
+ * there. */
 AVX2_INLINE void avx2_prefetch_rows_l2(const uint8_t *p, size_t bytes)
 {
-#pragma GCC unroll 16
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)p + MVM_K_PREFETCH_ROWS + o, _MM_HINT_T1);
+    avx2_prefetch_l2_at(p, bytes, MVM_K_PREFETCH_ROWS);
 }
 
 /* Tiles of a tiled matrix (kernels.h, "Expert tiles") ahead of the one in use that the next
