@@ -2085,7 +2085,7 @@ static void test_act_quantizers(void)
 /* Levels that compute the same integers agree bit for bit:
  *  - x86: the Q and K types at every level (the AVX-512 levels inline avx2.h's integer code,
  *    and VNNI's fused products give the same integers), the float types at the two AVX-512
- *    levels;
+ *    levels and at AVX2 and AVX-VNNI (the same code for another target);
  *  - ARM: the Q and K types at both levels and the portable one (neon.h rounds the portable
  *    level's integers with its expressions), every type at the two ARM levels (SDOT gives
  *    the same integers as the widening products).
@@ -2096,7 +2096,8 @@ static void test_levels_agree(void)
     static const struct {
         enum mvm_simd a, b;
         int floats; /* the float types agree too */
-    } pairs[] = {{MVM_SIMD_AVX2, MVM_SIMD_AVX512, 0},  {MVM_SIMD_AVX2, MVM_SIMD_AVX512VNNI, 0},
+    } pairs[] = {{MVM_SIMD_AVX2, MVM_SIMD_AVXVNNI, 1},   {MVM_SIMD_AVXVNNI, MVM_SIMD_AVX512VNNI, 0},
+                 {MVM_SIMD_AVX2, MVM_SIMD_AVX512, 0},    {MVM_SIMD_AVX2, MVM_SIMD_AVX512VNNI, 0},
                  {MVM_SIMD_AVX512, MVM_SIMD_AVX512VNNI, 1}, {MVM_SIMD_SCALAR, MVM_SIMD_NEON, 0},
                  {MVM_SIMD_SCALAR, MVM_SIMD_DOTPROD, 0}, {MVM_SIMD_NEON, MVM_SIMD_DOTPROD, 1}};
     enum { n_embd = 96 };
@@ -2200,11 +2201,20 @@ static void test_simd_select(void)
     }
     CHECK(mvm_k_simd_use(MVM_SIMD_SCALAR) == 0 && mvm_k_kernels == &mvm_k_level_scalar);
 #if defined(__x86_64__) || defined(__i386__)
-    if (best >= MVM_SIMD_AVX2)
+    /* every x86 level above the portable one has AVX2's, and AVX-512 VNNI AVX-512's; AVX-VNNI
+     * stands apart (a Zen 4 lacks it) */
+    CHECK(best == MVM_SIMD_SCALAR || mvm_k_simd_has(MVM_SIMD_AVX2));
+    CHECK(!mvm_k_simd_has(MVM_SIMD_AVX512VNNI) || mvm_k_simd_has(MVM_SIMD_AVX512));
+    CHECK(!mvm_k_simd_has(MVM_SIMD_AVXVNNI) || best >= MVM_SIMD_AVXVNNI);
+    if (mvm_k_simd_has(MVM_SIMD_AVX2))
         CHECK(mvm_k_simd_use(MVM_SIMD_AVX2) == 0 && mvm_k_kernels == &mvm_k_level_avx2);
-    if (best >= MVM_SIMD_AVX512)
+    if (mvm_k_simd_has(MVM_SIMD_AVXVNNI))
+        CHECK(mvm_k_simd_use(MVM_SIMD_AVXVNNI) == 0 && mvm_k_kernels == &mvm_k_level_avxvnni);
+    else
+        CHECK(mvm_k_simd_use(MVM_SIMD_AVXVNNI) == -1 && mvm_k_kernels != &mvm_k_level_avxvnni);
+    if (mvm_k_simd_has(MVM_SIMD_AVX512))
         CHECK(mvm_k_simd_use(MVM_SIMD_AVX512) == 0 && mvm_k_kernels == &mvm_k_level_avx512);
-    if (best >= MVM_SIMD_AVX512VNNI)
+    if (mvm_k_simd_has(MVM_SIMD_AVX512VNNI))
         CHECK(mvm_k_simd_use(MVM_SIMD_AVX512VNNI) == 0 &&
               mvm_k_kernels == &mvm_k_level_avx512vnni);
     /* the other architecture's levels are not there */
@@ -2216,8 +2226,8 @@ static void test_simd_select(void)
         CHECK(mvm_k_simd_use(MVM_SIMD_DOTPROD) == 0 && mvm_k_kernels == &mvm_k_level_dotprod);
     CHECK(!mvm_k_simd_has(MVM_SIMD_AVX2) && mvm_k_simd_use(MVM_SIMD_AVX512) == -1);
 #endif
-    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2", "avx512", "avx512vnni",
-                                                      "neon", "dotprod"};
+    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2",  "avxvnni", "avx512",
+                                                      "avx512vnni", "neon", "dotprod"};
     for (int lv = 0; lv < MVM_SIMD_COUNT; lv++)
         CHECK(strcmp(mvm_k_simd_name((enum mvm_simd)lv), names[lv]) == 0);
 }

@@ -4,7 +4,9 @@
 #define MVM_BENCH_CPU_BENCH_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kernels/cpu/kernels.h"
@@ -27,6 +29,23 @@ static inline double mvm_bench_thread_s(void)
 static inline double mvm_bench_wall_s(void)
 {
     return mvm_bench_clock_s(CLOCK_MONOTONIC);
+}
+
+/* The kernels' level that MOEVM_CPU_SIMD names (as the engine reads it: unset or auto, the
+ * best), so that one benchmark binary measures each level of the machine: 0, or -1 with a
+ * line on stderr when the name is no level or this CPU lacks it. */
+static inline int mvm_bench_simd_from_env(const char *prog)
+{
+    const char *v = getenv("MOEVM_CPU_SIMD");
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        return 0;
+    for (int lv = 0; lv < MVM_SIMD_COUNT; lv++)
+        if (strcmp(v, mvm_k_simd_name((enum mvm_simd)lv)) == 0 &&
+            mvm_k_simd_use((enum mvm_simd)lv) == 0)
+            return 0;
+    fprintf(stderr, "%s: MOEVM_CPU_SIMD=%s: not a SIMD level this CPU has (best: %s)\n", prog,
+            v, mvm_k_simd_name(mvm_k_simd_detect()));
+    return -1;
 }
 
 /* Uniform in [-1, 1) from a xorshift64 state (the same sequence in every benchmark). */

@@ -18,7 +18,8 @@
  *
  * One thread runs mvm_k_expert_ffn_batch over experts of OLMoE-1B-7B's shape (n_embd 2048,
  * n_ff 1024) that fill MiB (at least one expert), each with `count` tokens of distinct
- * random activations, enough passes over them for a tenth of a second. Prints GMAC/s (three
+ * random activations, enough passes over them for a tenth of a second, at the SIMD level
+ * MOEVM_CPU_SIMD names (default the best). Prints GMAC/s (three
  * n_embd x n_ff products per token) and the weight bytes read per second; times are the
  * thread's CPU time. docs/perf/cpu.md records runs.
  */
@@ -75,6 +76,8 @@ static volatile float sink;
 
 int main(int argc, char **argv)
 {
+    if (mvm_bench_simd_from_env("bench_cpu_expert_tokens") != 0)
+        return 1;
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     mvm_k_expert_fmt f;
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {

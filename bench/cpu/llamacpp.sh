@@ -32,8 +32,12 @@
 # Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
 # LLAMACPP_BUILD=cpu-avx2 runs llama.cpp's AVX2 build (bash bench/llamacpp/build.sh cpu-avx2)
 # against moevm held to its AVX2 level (MOEVM_CPU_SIMD=avx2): an AVX-512 machine standing in
-# for an AVX2 one (the files are made with the native build's tools either way). The RESULT
-# lines say which: simd= (moevm's level), llama= (the build), commit= (moevm's).
+# for an AVX2 one (the files are made with the native build's tools either way).
+# LLAMACPP_BUILD=cpu-avxvnni does the same with AVX-VNNI added on both sides (llama.cpp's
+# GGML_AVX_VNNI, moevm's avxvnni level): an Intel client core from Alder Lake on. A
+# MOEVM_CPU_SIMD set by the caller is kept (MOEVM_CPU_SIMD=avx2 LLAMACPP_BUILD=cpu-avxvnni:
+# what moevm's AVX2 level did there). The RESULT lines say which: simd= (moevm's level),
+# llama= (the build), commit= (moevm's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${1:-2}
@@ -47,8 +51,9 @@ kind=${LLAMACPP_BUILD:-cpu}
 bench_bin=.llamacpp/build-$kind/bin # llama-bench: the yardstick
 case $kind in
 cpu) ;;
-cpu-avx2) export MOEVM_CPU_SIMD=avx2 ;;
-*) echo "bench/cpu/llamacpp.sh: LLAMACPP_BUILD=$kind: cpu or cpu-avx2" >&2; exit 2 ;;
+cpu-avx2) export MOEVM_CPU_SIMD=${MOEVM_CPU_SIMD:-avx2} ;;
+cpu-avxvnni) export MOEVM_CPU_SIMD=${MOEVM_CPU_SIMD:-avxvnni} ;;
+*) echo "bench/cpu/llamacpp.sh: LLAMACPP_BUILD=$kind: cpu, cpu-avx2 or cpu-avxvnni" >&2; exit 2 ;;
 esac
 die() { echo "bench/cpu/llamacpp.sh: $*" >&2; exit 1; }
 

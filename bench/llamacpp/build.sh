@@ -4,6 +4,7 @@
 #   bash bench/llamacpp/build.sh fetch        # here (needs PyPI): the source only
 #   bash bench/llamacpp/build.sh cpu          # fetch if needed, build for this CPU
 #   bash bench/llamacpp/build.sh cpu-avx2     # the same for an AVX2 CPU (no AVX-512, no VNNI)
+#   bash bench/llamacpp/build.sh cpu-avxvnni  # the same with AVX-VNNI (Intel's client cores)
 #   bash bench/llamacpp/build.sh cuda [ARCH]  # fetch if needed, build with CUDA (ARCH 90)
 #   bash bench/llamacpp/build.sh pack         # .llamacpp/cuda.tar.xz from a cuda build
 #
@@ -22,6 +23,8 @@
 # FMA, F16C, BMI2: a Zen 3's, or Haswell's), so that an AVX-512 machine can stand in for one
 # against moevm held to the same level (MOEVM_CPU_SIMD=avx2; bench/cpu/llamacpp.sh's
 # LLAMACPP_BUILD=cpu-avx2 does both); its caches and memory stay the machine's own.
+# `cpu-avxvnni` adds AVX-VNNI (vpdpbusd on 256-bit vectors) to that set: an Intel client core
+# from Alder Lake on, which has no AVX-512 (against MOEVM_CPU_SIMD=avxvnni).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 top=${LLAMACPP_DIR:-$here/.llamacpp}
@@ -137,6 +140,10 @@ cpu-avx2)
     fetch
     configure_build cpu-avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
         -DGGML_F16C=ON -DGGML_BMI2=ON ;;
+cpu-avxvnni)
+    fetch
+    configure_build cpu-avxvnni -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+        -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON ;;
 cuda)
     fetch
     command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found"

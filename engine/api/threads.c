@@ -14,10 +14,11 @@ mvm_status mvm_threads_simd(enum mvm_simd *level)
     mvm_status st = mvm_option_read(&mvm_opt_cpu_simd, &simd);
     if (st != MVM_OK || simd.i == 0)
         return st;
-    /* the choice order of MOEVM_CPU_SIMD: auto|avx512vnni|avx512|avx2|dotprod|neon|scalar */
-    static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512VNNI, MVM_SIMD_AVX512,
-                                           MVM_SIMD_AVX2,   MVM_SIMD_DOTPROD,    MVM_SIMD_NEON,
-                                           MVM_SIMD_SCALAR};
+    /* the choice order of MOEVM_CPU_SIMD: auto|avx512vnni|avx512|avxvnni|avx2|dotprod|neon|
+     * scalar */
+    static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR,  MVM_SIMD_AVX512VNNI, MVM_SIMD_AVX512,
+                                           MVM_SIMD_AVXVNNI, MVM_SIMD_AVX2,       MVM_SIMD_DOTPROD,
+                                           MVM_SIMD_NEON,    MVM_SIMD_SCALAR};
     if (!mvm_k_simd_has(levels[simd.i]))
         return mvm_fail(MVM_ERR_UNSUPPORTED, "MOEVM_CPU_SIMD=%s: this CPU does not support it "
                         "(best: %s)", mvm_k_simd_name(levels[simd.i]),

@@ -38,7 +38,22 @@
 #include "kernels/cpu/dispatch.h"
 
 /* A file may compile these blocks for a wider target by defining AVX2_TARGET first, and with
- * AVX512-VNNI's fused integer dot products by defining MVM_K_VNNI 1 (avx512.h does both). */
+ * AVX512-VNNI's fused integer dot products by defining MVM_K_VNNI 1 (avx512.h does both).
+ * MVM_K_AVXVNNI 1 compiles them for the AVX-VNNI level (dot_avxvnni.c): AVX2 with vpdpbusd
+ * in its VEX form, on 256-bit vectors, which Intel's cores without AVX-512 have from Alder
+ * Lake on; MVM_K_VNNI follows. AVX2_LEVEL(name) is name_avx2 or name_avxvnni, the symbols of
+ * the prompt kernels each of the two levels compiles for itself (tiles_avx2.h,
+ * gemm_q_avx2.h). */
+#ifndef MVM_K_AVXVNNI
+#define MVM_K_AVXVNNI 0
+#endif
+#if MVM_K_AVXVNNI
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define MVM_K_VNNI 1
+#define AVX2_LEVEL(name) name##_avxvnni
+#else
+#define AVX2_LEVEL(name) name##_avx2
+#endif
 #ifndef AVX2_TARGET
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -53,7 +68,7 @@
 #define AVX2_INLINE MVM_K_INLINE AVX2_TARGET
 /* v held as computed at this point: an empty asm that reads and writes it. A running integer
  * sum of unrolled products is associative, and GCC turns it into a tree that holds every
- * product at once; in tiles_avx2.c's loops (16 products a token before a sum is taken) that
+ * product at once; in tiles_avx2.h's loops (16 products a token before a sum is taken) that
  * spilled 4 tokens' products to the stack, and the chain kept as written ran 15-30% faster. */
 #define AVX2_KEEP(v) __asm__("" : "+x"(v))
 
@@ -404,7 +419,9 @@ AVX2_INLINE void avx2_kv_row(enum mvm_wtype t, const void *src, float *dst, size
  * integers. */
 AVX2_INLINE __m256i avx2_dpbusd(__m256i acc, __m256i u, __m256i s)
 {
-#if MVM_K_VNNI
+#if MVM_K_AVXVNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#elif MVM_K_VNNI
     return _mm256_dpbusd_epi32(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),

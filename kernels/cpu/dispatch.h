@@ -368,16 +368,23 @@ extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx2[MVM_W_COUNT];  /* tiles_avx2.c */
 extern const mvm_k_gemm_fn mvm_k_tiles_avx2[MVM_W_COUNT]; /* tiles_avx2.c */
-/* The 32-element Q types the multi-row kernels take (gemm_q_avx2.c, gemm_q_avx512vnni.c), each
+extern const struct mvm_k_level mvm_k_level_avxvnni;         /* dot_avxvnni.c */
+extern const mvm_k_gemm_fn mvm_k_gemm_avxvnni[MVM_W_COUNT];  /* tiles_avxvnni.c */
+extern const mvm_k_gemm_fn mvm_k_tiles_avxvnni[MVM_W_COUNT]; /* tiles_avxvnni.c */
+/* The 32-element Q types the multi-row kernels take (gemm_q_avx2.h, gemm_q_avx512vnni.c), each
  * as X(type): one instance of a kernel per type, so that its decoder's branches fold away. */
 #define MVM_K_Q32_TYPES(X)                                                                         \
     X(MVM_W_Q8_0) X(MVM_W_Q4_0) X(MVM_W_Q4_1) X(MVM_W_Q5_0) X(MVM_W_Q5_1) X(MVM_W_IQ4_NL)          \
     X(MVM_W_MXFP4)
-/* The AVX2 level's products of the 32-element Q types (gemm_q_avx2.c), the entries of its gemm
+/* The AVX2 level's products of the 32-element Q types (gemm_q_avx2.h), the entries of its gemm
  * table for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4; mvm_k_gemm_fn's arguments otherwise. */
 void mvm_k_gemm_q_avx2(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
                        const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y, size_t ys,
                        int add);
+/* The same for the AVX-VNNI level (gemm_q_avxvnni.c). */
+void mvm_k_gemm_q_avxvnni(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                          const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                          size_t ys, int add);
 int mvm_k_attn_block_avx2(const float *q, size_t q_stride, size_t n_tok, size_t n_q, size_t n_kv,
                           const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
                           size_t kv_stride, size_t head_dim, float scale, const float *sinks,
@@ -419,7 +426,7 @@ static inline size_t mvm_k_even_pass(size_t n_tok, size_t most, size_t unit)
  * up to MVM_K_NT tokens), as fast there as the multi-row kernels' mostly empty lanes. The
  * K-quants' multi-row kernels take 3 tokens too: an OLMoE Q4_K_M expert of 3 tokens
  * streamed 37 GMAC/s through them against 24 through dotn (bench_cpu_expert_tokens; at 2,
- * 22-27 against 25-26); so do the AVX2 level's (tiles_avx2.c; a Q4_K matrix of 3 tokens
+ * 22-27 against 25-26); so do the AVX2 level's (tiles_avx2.h; a Q4_K matrix of 3 tokens
  * 37-38 GMAC/s against dotn's 18, Q6_K's 16 against 14). The lattice-grid types' dotn,
  * decoded in 512-bit vectors (avx512_iqgrid.h), keep all MVM_K_NT: at 3 and 4 tokens it ran
  * 17-33 and 20-38 GMAC/s against the multi-row kernel's 16-23 and 19-30 (every grid type; at

@@ -65,6 +65,7 @@ void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n);
 enum mvm_simd {
     MVM_SIMD_SCALAR,
     MVM_SIMD_AVX2,
+    MVM_SIMD_AVXVNNI, /* AVX2 with AVX-VNNI's 256-bit vpdpbusd: Intel's cores without AVX-512 */
     MVM_SIMD_AVX512,
     MVM_SIMD_AVX512VNNI,
     MVM_SIMD_NEON,    /* 64-bit ARM */
@@ -72,8 +73,9 @@ enum mvm_simd {
     MVM_SIMD_COUNT
 };
 /* The best level this CPU supports (x86: cpuid and the OS's support for the registers;
- * ARM: the kernel's hardware capabilities). Each architecture's levels are in ascending order
- * and a CPU has every level of its own architecture up to its best. */
+ * ARM: the kernel's hardware capabilities): the highest in the enum, where each
+ * architecture's levels are in ascending order. A CPU need not have every level below its
+ * best (a Zen 4 has AVX-512 VNNI but not AVX-VNNI): mvm_k_simd_has says. */
 enum mvm_simd mvm_k_simd_detect(void);
 /* Selects the level every kernel uses from now on; -1 when the CPU lacks it (the level in
  * use is unchanged). Call before starting threads. Default: mvm_k_simd_detect(). */
@@ -81,7 +83,7 @@ int mvm_k_simd_use(enum mvm_simd level);
 /* Whether this CPU has the level (and the build has its kernels). */
 int mvm_k_simd_has(enum mvm_simd level);
 enum mvm_simd mvm_k_simd_current(void);
-/* "scalar", "avx2", "avx512", "avx512vnni", "neon", "dotprod" */
+/* "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "neon", "dotprod" */
 const char *mvm_k_simd_name(enum mvm_simd level);
 
 /* ---- conversions and (de)quantization (llama.cpp's reference rounding) ------------------ */
@@ -127,7 +129,7 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
  * Where the CPU computes the experts (a host space) and its level has the kernels (AVX-512
  * VNNI: Q2_K to Q6_K, IQ4_XS and Q8_0, so Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and IQ4_XS files, and
  * Q8_0's where MOEVM_EXPERT_TILES=all asks: they decode up to 12% slower; AVX2: Q4_K to Q6_K,
- * so Q4_K_M, Q5_K_M and Q6_K files, tiles_avx2.c), each group's gate
+ * so Q4_K_M, Q5_K_M and Q6_K files, tiles_avx2.h), each group's gate
  * rows, up rows and down slots are stored in tiles of 16 rows rather than row after row: the
  * 16 rows' blocks of one super-block interleaved by 4-byte word (word w of row i at 64w +
  * 4i, and a block's last bytes % 4 bytes, Q3_K's and Q6_K's d, after its words, row by row;
