@@ -25,18 +25,19 @@
  * in the lanes, so that each broadcast of a token's 4 quants meets 16 rows (session 138, one
  * thread, 1024 x 2048 by 32 tokens: Q8_0 50-52 -> 57 GMAC/s, Q4_0 50-63 -> 69-86).
  *
- * Bitwise: the blocks' sums are exact integers (at most 32·128·127), so summing them in
- * another order, or taking a biased type's bias·Σa off after the products instead of before,
- * gives the same integer. Each lane's float work is avx2_dotn_q's: a row's block b is scaled by
+ * Bitwise: the blocks' sums are exact integers (at most 32·255·128), so summing them in
+ * another order, or taking a biased type's bias·Σa off by starting its sum at −bias·Σa
+ * (q_corr) instead of before the products, gives the same integer. Each lane's float work is avx2_dotn_q's: a row's block b is scaled by
  * ws·da into its sum for b mod 8 (then the min term by wm·da), and the 8 sums are added as
  * avx2_hsum adds its lanes; where the row has tail blocks (nb % 8) the sums are transposed back
  * into a row's lanes and the tail goes through avx2_qblock, as there. The down loop (add) is
  * avx2_downn_q's with its 8 outputs in the lanes as they are there.
  *
  * With AVX-VNNI (MVM_K_VNNI) each word's products are one vpdpbusd straight into the token's
- * int32 sums, for every type: Q8_0's 32 products of 8 rows a sign and a vpdpbusd instead of a
- * sign, a maddubs, a madd and an add. One thread, an OLMoE Q8_0 expert in L2, 4-64 tokens:
- * 1.24-1.29x the AVX2 level on an Emerald Rapids core (docs/perf/cpu.md, session 143).
+ * int32 sums, for every type, and Q8_0 and the table types drop the sign trick: their quants
+ * + 128 are the unsigned side (q_bias; vpdpbusd's int32 sums of 4 products do not saturate
+ * as maddubs's int16 pairs would), each token's sums starting at −128·Σa. Q8_0's 32 products
+ * of 8 rows are then one vpdpbusd instead of a sign, a maddubs, a madd and an add.
  */
 #ifndef MVM_KERNELS_CPU_GEMM_Q_AVX2_H
 #define MVM_KERNELS_CPU_GEMM_Q_AVX2_H
@@ -52,15 +53,25 @@
 /* Tokens whose sums a tile of rows keeps at once (8 KiB of accumulators). */
 #define QR_TOKENS 32
 
-/* Types whose quants are signed: their products take the sign trick (avx2_qdot_i32). */
+/* Types whose quants are signed: without VNNI their products take the sign trick
+ * (avx2_qdot_i32); with it their quants + 128 are vpdpbusd's unsigned side (q_bias). */
 AVX2_INLINE int q_signed(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || mvm_k_is_table(t);
 }
 
+/* b where a row's quant is its unsigned side less b, so that a block's products with a token
+ * are its sum less b·Σa: Q4_0's and Q5_0's bias, and with VNNI the signed types' 128 (the
+ * sign trick's |w|, a sign and a product, then becomes one vpdpbusd of w + 128). A token's
+ * sums start at −b·Σa (q_corr). */
+AVX2_INLINE int q_bias(enum mvm_wtype t)
+{
+    return q_signed(t) ? (MVM_K_VNNI ? 128 : 0) : (int)mvm_k_qlay(t).bias;
+}
+
 /* Up to 8 blocks of 8 rows, the rows in the lanes: u[j][i] word i of block j, the products'
- * unsigned side, s[j][i] (signed types) the sign the activations take; ws[j] and wm[j] block
- * j's scales and mins (else the scales). */
+ * unsigned side, s[j][i] (signed types without VNNI) the sign the activations take; ws[j] and
+ * wm[j] block j's scales and mins (else the scales). */
 typedef struct {
     __m256i u[8][8], s[8][8];
     __m256 ws[8], wm[8];
@@ -93,8 +104,12 @@ AVX2_INLINE void qlanes_fill(enum mvm_wtype t, const uint8_t *const r[8], size_t
         avx2_transpose8_i32(v);
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            Q->u[j][i] = q_signed(t) ? _mm256_sign_epi8(v[i], v[i]) : v[i];
-            Q->s[j][i] = v[i];
+            if (!q_signed(t))
+                Q->u[j][i] = v[i];
+            else if (MVM_K_VNNI) /* w + 128 (q_bias) */
+                Q->u[j][i] = _mm256_xor_si256(v[i], _mm256_set1_epi8((char)0x80));
+            else
+                Q->u[j][i] = _mm256_sign_epi8(v[i], v[i]), Q->s[j][i] = v[i];
         }
         Q->ws[j] = qlanes_halves(r, o, t == MVM_W_MXFP4 ? -1 : 0);
         Q->wm[j] = L.m ? qlanes_halves(r, o, (int)L.m) : Q->ws[j];
@@ -110,10 +125,12 @@ AVX2_INLINE int q_run(enum mvm_wtype t)
 }
 
 /* S[x][k]: the exact sums, Q[x]'s 8 rows in the lanes (x < NX), of block j's products with
- * token k's block at a + k·as (k < NT), a bias's products included (q_unbias takes them off).
- * With two sets of rows, each broadcast of a token's quants meets 16 rows. */
+ * token k's block at a + k·as (k < NT), each started at corr[k] (q_corr: −q_bias·Σa, which
+ * takes off what the bias adds; NULL: 0). With two sets of rows, each broadcast of a token's
+ * quants meets 16 rows. */
 AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const int NX, const qlanes *Q, int j,
-                             const uint8_t *a, size_t as, __m256i S[][QL_NT])
+                             const uint8_t *a, size_t as, const int32_t *corr,
+                             __m256i S[][QL_NT])
 {
     const int run = q_run(t);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -122,7 +139,7 @@ AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const int NX, const
     for (int k = 0; k < NT; k++)
 #pragma GCC unroll 2
         for (int x = 0; x < NX; x++)
-            S[x][k] = _mm256_setzero_si256();
+            S[x][k] = corr ? _mm256_set1_epi32(corr[k]) : _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
 #pragma GCC unroll 4
@@ -132,8 +149,9 @@ AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const int NX, const
             const __m256i qa = _mm256_set1_epi32(a4);
 #pragma GCC unroll 2
             for (int x = 0; x < NX; x++) {
-                const __m256i u = Q[x].u[j][i], sg = Q[x].s[j][i];
-                const __m256i b = q_signed(t) ? _mm256_sign_epi8(qa, sg) : qa;
+                const __m256i u = Q[x].u[j][i];
+                const __m256i b = q_signed(t) && !MVM_K_VNNI ? _mm256_sign_epi8(qa, Q[x].s[j][i])
+                                                             : qa;
                 if (MVM_K_VNNI) { /* vpdpbusd: the int32 sums at once, every type */
                     S[x][k] = avx2_dpbusd(S[x][k], u, b);
                     AVX2_KEEP(S[x][k]);
@@ -151,11 +169,16 @@ AVX2_INLINE void qlanes_sums(enum mvm_wtype t, const int NT, const int NX, const
     }
 }
 
-/* S less Q4_0's and Q5_0's bias·Σa (asum: Σa in every lane). */
-AVX2_INLINE __m256i q_unbias(enum mvm_wtype t, __m256i S, __m256i asum)
+/* What qlanes_sums starts NT tokens' sums at, their Σa at asum (stride ast): −q_bias·Σa, or
+ * NULL where the type has no bias. */
+AVX2_INLINE const int32_t *q_corr(enum mvm_wtype t, const int NT, const int32_t *asum, size_t ast,
+                                  int32_t corr[QL_NT])
 {
-    const int bias = mvm_k_qlay(t).bias;
-    return bias ? _mm256_sub_epi32(S, _mm256_mullo_epi32(asum, _mm256_set1_epi32(bias))) : S;
+    if (!q_bias(t))
+        return NULL;
+    for (int k = 0; k < NT; k++)
+        corr[k] = -q_bias(t) * asum[k * ast];
+    return corr;
 }
 
 /* Σ of an activation block's quants. */
@@ -179,7 +202,7 @@ AVX2_INLINE void qtoks_fill(enum mvm_wtype t, const uint8_t *act, size_t as, siz
         const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k);
         for (size_t b = 0; b < nb; b++) {
             A.da[k * nb + b] = _cvtsh_ss(a[b].d);
-            A.asum[k * nb + b] = L.bias || L.m ? qblock_asum(a + b) : 0;
+            A.asum[k * nb + b] = q_bias(t) || L.m ? qblock_asum(a + b) : 0;
         }
     }
 }
@@ -193,20 +216,21 @@ AVX2_INLINE void qlanes_tokens(enum mvm_wtype t, const int NT, const int NX, con
     const mvm_k_qlayout L = mvm_k_qlay(t);
     for (int j = 0; j < 8; j++) {
         __m256i S[2][QL_NT];
-        qlanes_sums(t, NT, NX, Q, j, act + (b + j) * sizeof(mvm_block_q8_0), as, S);
+        int32_t corr[QL_NT];
+        qlanes_sums(t, NT, NX, Q, j, act + (b + j) * sizeof(mvm_block_q8_0), as,
+                    q_corr(t, NT, A.asum + b + j, nb, corr), S);
 #pragma GCC unroll 4
         for (int k = 0; k < NT; k++) {
             const size_t at = k * nb + b + j;
             const __m256 da = _mm256_broadcast_ss(A.da + at);
-            const __m256i asum = _mm256_set1_epi32(A.asum[at]);
 #pragma GCC unroll 2
             for (int x = 0; x < NX; x++) {
                 __m256 *f = &F[x][k][j];
-                *f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_unbias(t, S[x][k], asum)),
-                                     _mm256_mul_ps(Q[x].ws[j], da), *f);
+                *f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[x][k]), _mm256_mul_ps(Q[x].ws[j], da),
+                                     *f);
                 if (L.m)
-                    *f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(asum), _mm256_mul_ps(Q[x].wm[j], da),
-                                         *f);
+                    *f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_set1_epi32(A.asum[at])),
+                                         _mm256_mul_ps(Q[x].wm[j], da), *f);
             }
         }
     }
@@ -279,14 +303,13 @@ AVX2_INLINE void q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     __m256 da[QR_TOKENS], min_scale[QR_TOKENS];
-    __m256i asum[QR_TOKENS];
+    int32_t asum[QR_TOKENS];
     for (size_t k = 0; k < nt; k++) {
         const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k);
         const float d = _cvtsh_ss(a->d);
-        const int32_t sum = L.bias || L.m ? qblock_asum(a) : 0;
+        asum[k] = q_bias(t) || L.m ? qblock_asum(a) : 0;
         da[k] = _mm256_set1_ps(d);
-        asum[k] = _mm256_set1_epi32(sum);
-        min_scale[k] = _mm256_set1_ps((float)sum * d); /* avx2_downn_q's one rounding */
+        min_scale[k] = _mm256_set1_ps((float)asum[k] * d); /* avx2_downn_q's one rounding */
     }
     for (size_t j = 0; j < n_rows; j += 8) {
         const uint8_t *r[8];
@@ -297,18 +320,21 @@ AVX2_INLINE void q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_
         qlanes_fill(t, r, 0, 1, &Q);
         for (size_t k0 = 0; k0 < nt; k0 += QL_NT) {
             __m256i S[1][QL_NT];
+            int32_t corr[QL_NT];
             const int n = nt - k0 < QL_NT ? (int)(nt - k0) : QL_NT;
             if (n == QL_NT)
-                qlanes_sums(t, QL_NT, 1, &Q, 0, act + k0 * as, as, S);
+                qlanes_sums(t, QL_NT, 1, &Q, 0, act + k0 * as, as,
+                            q_corr(t, QL_NT, asum + k0, 1, corr), S);
             else
                 for (int k = 0; k < n; k++) {
                     __m256i one[1][QL_NT];
-                    qlanes_sums(t, 1, 1, &Q, 0, act + (k0 + k) * as, as, one);
+                    qlanes_sums(t, 1, 1, &Q, 0, act + (k0 + k) * as, as,
+                                q_corr(t, 1, asum + k0 + k, 1, corr), one);
                     S[0][k] = one[0][0];
                 }
             for (int k = 0; k < n; k++) {
                 float *o = y + (k0 + k) * ys + j;
-                __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_unbias(t, S[0][k], asum[k0 + k])),
+                __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[0][k]),
                                            _mm256_mul_ps(Q.ws[0], da[k0 + k]), _mm256_loadu_ps(o));
                 if (L.m)
                     s = _mm256_fmadd_ps(Q.wm[0], min_scale[k0 + k], s);
