@@ -46,12 +46,18 @@
 #define TILE_NT 4
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
+/* With VNNI, Q4_K's high nibbles are taken in place, each quant times 16: one and a word
+ * instead of a shift and an and. vpdpbusd's int32 sums hold the factor (a sub-block's at most
+ * 32·240·127, scaled at most 63·16 times that and 8 of them added: under 2^29), the low
+ * nibbles' sub-blocks take it through their scales (thalf_scales) and a super-block's sums shed
+ * it by one shift (exact: every term is a multiple of 16). Without VNNI maddubs's int16 pairs
+ * would saturate. */
+#define Q4_HI16 MVM_K_VNNI
 
 /* 8 rows' scales of a tile half: sc[j] sub-block j's scale (lane_scale: in both int16 of a
- * lane for madd, or with VNNI an int32 for vpmulld),
- * mp[p] the int16 pair the token's pair p of sums meets (Q4_K: the mins of sub-blocks 2p, 2p +
- * 1, against its sub-blocks' sums; Q6_K: scales 2p, 2p + 1 against bsums 2p, 2p + 1), the f16
- * scales as floats. */
+ * lane for madd, or with VNNI an int32 for vpmulld), mp[p] the int16 pair the token's pair p
+ * of sums meets (Q4_K: the mins of sub-blocks 2p, 2p + 1, against its sub-blocks' sums; Q6_K:
+ * scales 2p, 2p + 1 against bsums 2p, 2p + 1), the f16 scales as floats. */
 typedef struct {
     __m256i sc[16];
     __m256i mp[8];
@@ -147,6 +153,9 @@ AVX2_INLINE void thalf_scales(enum mvm_wtype t, const uint8_t *tile, int x8, tha
         H->sc[b] = lane_scale(sc_lo, b, 0);
         H->sc[4 + b] = lane_scale(sc_hi, b, 0);
     }
+    if (t == MVM_W_Q4_K && Q4_HI16) /* the low nibbles' sub-blocks, 0, 2, 4, 6, times 16 too */
+        for (int j = 0; j < 8; j += 2)
+            H->sc[j] = _mm256_slli_epi32(H->sc[j], 4);
     H->mp[0] = lane_bytes(mn_lo, 0, 1), H->mp[1] = lane_bytes(mn_lo, 2, 3);
     H->mp[2] = lane_bytes(mn_hi, 0, 1), H->mp[3] = lane_bytes(mn_hi, 2, 3);
     H->d = lane_half(dd, 0), H->dmin = lane_half(dd, 1);
@@ -176,11 +185,13 @@ AVX2_INLINE void tok_pairs(enum mvm_wtype t, const mvm_block_q8_K *a, int32_t pa
 }
 
 /* Step st (0..7) of chunk c of a Q4_K or Q5_K tile half: qs word 8c + st (after Q4_K's 4 words
- * of scales, Q5_K's 4 and its 8 of qh), its low nibbles (hi 0) or its high ones; Q5_K's fifth
- * bits from qh word st, bits 2c + hi. */
+ * of scales, Q5_K's 4 and its 8 of qh), its low nibbles (hi 0) or its high ones (Q4_HI16:
+ * times 16); Q5_K's fifth bits from qh word st, bits 2c + hi. */
 AVX2_INLINE __m256i q45_word(const uint8_t *tile, int x8, int q5, int c, int st, int hi)
 {
     const __m256i v = tile_word(tile, x8, (q5 ? 12 : 4) + 8 * c + st), nib = _mm256_set1_epi8(0x0F);
+    if (!q5 && hi && Q4_HI16)
+        return _mm256_andnot_si256(nib, v);
     const __m256i q = _mm256_and_si256(hi ? _mm256_srli_epi16(v, 4) : v, nib);
     if (!q5)
         return q;
@@ -302,7 +313,9 @@ AVX2_INLINE void thalf_tokens(enum mvm_wtype t, const int NT, const int NX, cons
                 f = _mm256_mul_ps(ad, _mm256_mul_ps(H[x].d, _mm256_cvtepi32_ps(sum)));
             } else {
                 const __m256 m = _mm256_mul_ps(H[x].dmin, _mm256_cvtepi32_ps(ms));
-                f = _mm256_mul_ps(ad, _mm256_fmsub_ps(H[x].d, _mm256_cvtepi32_ps(tot[x][i]), m));
+                const __m256i sum = t == MVM_W_Q4_K && Q4_HI16 ? _mm256_srai_epi32(tot[x][i], 4)
+                                                                 : tot[x][i];
+                f = _mm256_mul_ps(ad, _mm256_fmsub_ps(H[x].d, _mm256_cvtepi32_ps(sum), m));
             }
             float *r = s[i] + 8 * (x8 + x);
             _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), f));
