@@ -31,6 +31,16 @@ static inline double mvm_bench_wall_s(void)
     return mvm_bench_clock_s(CLOCK_MONOTONIC);
 }
 
+/* The SIMD level whose name (mvm_k_simd_name's) is the len bytes at p, or -1. */
+static inline int mvm_bench_simd_named(const char *p, size_t len)
+{
+    for (int lv = 0; lv < MVM_SIMD_COUNT; lv++)
+        if (strlen(mvm_k_simd_name((enum mvm_simd)lv)) == len &&
+            strncmp(p, mvm_k_simd_name((enum mvm_simd)lv), len) == 0)
+            return lv;
+    return -1;
+}
+
 /* The kernels' level that MOEVM_CPU_SIMD names (as the engine reads it: unset or auto, the
  * best), so that one benchmark binary measures each level of the machine: 0, or -1 with a
  * line on stderr when the name is no level or this CPU lacks it. */
@@ -39,10 +49,9 @@ static inline int mvm_bench_simd_from_env(const char *prog)
     const char *v = getenv("MOEVM_CPU_SIMD");
     if (!v || !*v || strcmp(v, "auto") == 0)
         return 0;
-    for (int lv = 0; lv < MVM_SIMD_COUNT; lv++)
-        if (strcmp(v, mvm_k_simd_name((enum mvm_simd)lv)) == 0 &&
-            mvm_k_simd_use((enum mvm_simd)lv) == 0)
-            return 0;
+    const int lv = mvm_bench_simd_named(v, strlen(v));
+    if (lv >= 0 && mvm_k_simd_use((enum mvm_simd)lv) == 0)
+        return 0;
     fprintf(stderr, "%s: MOEVM_CPU_SIMD=%s: not a SIMD level this CPU has (best: %s)\n", prog,
             v, mvm_k_simd_name(mvm_k_simd_detect()));
     return -1;

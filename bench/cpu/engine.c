@@ -88,11 +88,8 @@ static int parse_levels(const char *list, enum mvm_simd lv[MVM_SIMD_COUNT])
     int n = 0;
     for (const char *p = list; *p;) {
         const size_t len = strcspn(p, ",");
-        int found = -1, repeated = 0;
-        for (int i = 0; i < MVM_SIMD_COUNT; i++)
-            if (strlen(mvm_k_simd_name((enum mvm_simd)i)) == len &&
-                strncmp(p, mvm_k_simd_name((enum mvm_simd)i), len) == 0)
-                found = i;
+        const int found = mvm_bench_simd_named(p, len);
+        int repeated = 0;
         for (int i = 0; i < n; i++)
             repeated |= (int)lv[i] == found;
         if (found < 0 || !mvm_k_simd_has((enum mvm_simd)found) || repeated) {

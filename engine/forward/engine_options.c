@@ -13,7 +13,8 @@ const mvm_option_desc mvm_opt_threads = {
     "the GPU (of its NUMA node) on the cuda backend, else one per core"};
 
 const mvm_option_desc mvm_opt_cpu_simd = {
-    "MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto", "auto|avx512vnni|avx512|avxvnni|avx2|dotprod|neon|scalar",
+    "MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto",
+    "auto|avx512vnni|avx512|avxvnni|avx2|dotprod|neon|scalar",
     "SIMD level of the CPU kernels; auto = the best this CPU has (a "
     "level it lacks is an error)"};
 

@@ -30,9 +30,12 @@
  * With AVX-VNNI (MVM_K_VNNI, k_step) a word's products are one vpdpbusd into an int32 per token
  * and rows instead of a maddubs and an int16 add, a sub-block's sum then scaled by one vpmulld
  * (k_scaled) instead of a madd: Q4_K's sub-block of 8 words 11 instructions a token instead of
- * 17, Q5_K's 11 instead of 18, Q6_K's 4 words 7 instead of 10. One thread, an OLMoE Q4_K_M
- * expert in L2, 4-64 tokens: 1.09-1.14x the AVX2 level on an Emerald Rapids core
- * (docs/perf/cpu.md, session 143).
+ * 17, Q5_K's 11 instead of 18, Q6_K's 4 words 7 instead of 10; Q4_HI16 then spares the high
+ * nibbles' shift. One thread, an OLMoE Q4_K_M expert in L2, 1-64 tokens, in-process A/B on an
+ * Emerald Rapids core (docs/perf/cpu.md, session 143): 1.03-1.13x the AVX2 level, and
+ * Q4_HI16 1.03-1.06x on top. Little for an instruction that fuses three: that core issues
+ * vpdpbusd, like maddubs, on ports 0 and 1 only, while the int16 adds it replaces also took
+ * port 5.
  */
 #ifndef MVM_KERNELS_CPU_TILES_AVX2_H
 #define MVM_KERNELS_CPU_TILES_AVX2_H
